@@ -1,0 +1,36 @@
+"""Time source for every timed wait in graceful.
+
+Deadlines use ``time.monotonic()``; every wait is on an ``Event`` with a
+timeout. Injecting another :class:`Clock` (``graceful.testing.FakeClock``)
+lets tests run a whole shutdown timeline without sleeping.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Protocol
+
+__all__ = ["Clock", "MonotonicClock"]
+
+
+class Clock(Protocol):
+    """What graceful needs from time: a monotonic reading and a bounded wait."""
+
+    def now(self) -> float:
+        """Seconds on a monotonic scale."""
+
+    def wait(self, event: threading.Event, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for ``event``; return whether it is set."""
+
+
+class MonotonicClock:
+    """The real clock: ``time.monotonic`` and ``Event.wait``. Thread-safe."""
+
+    def now(self) -> float:
+        """Return ``time.monotonic()``."""
+        return time.monotonic()
+
+    def wait(self, event: threading.Event, timeout: float) -> bool:
+        """Block on ``event`` for at most ``timeout`` seconds."""
+        return event.wait(max(0.0, timeout))

@@ -1,0 +1,223 @@
+"""Configuration: one frozen dataclass, validated when it is built.
+
+Every duration is in **seconds** (a float, unless the field says otherwise);
+field names carry no unit suffix, this docstring is the one place that says so.
+
+Sources, highest precedence first:
+
+1. keyword arguments (``Config(shutdown_delay=2)``, ``Config.load(shutdown_delay=2)``);
+2. ``GRACEFUL_*`` environment variables (``GRACEFUL_SHUTDOWN_DELAY=2``);
+3. a mapping of ``GRACEFUL_*`` keys, such as Flask's ``app.config``;
+4. the defaults below.
+
+The environment beats ``app.config`` so that an operator can change a deployed
+application without changing its code. A bad value raises :class:`ConfigError`
+(a ``ValueError``) naming the variable, the value and what is allowed.
+
+Runs in whatever process and thread builds it; a ``Config`` is immutable and
+safe to share between threads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+__all__ = ["BUDGET_MARGIN", "Config", "ConfigError", "env_name"]
+
+#: Seconds the budget keeps spare for process exit and signal delivery.
+BUDGET_MARGIN = 1.0
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
+
+
+class ConfigError(ValueError):
+    """A setting has a value graceful refuses; the message names it and the fix."""
+
+
+def env_name(field: str) -> str:
+    """Return the environment variable (and Flask config key) for a field."""
+    return "GRACEFUL_" + field.upper()
+
+
+@dataclasses.dataclass(frozen=True)
+class _Rule:
+    kind: type  # float, int or bool
+    minimum: float = 0.0
+    strictly_positive: bool = False
+
+    def allowed(self) -> str:
+        if self.kind is bool:
+            return "one of true/false, yes/no, on/off, 1/0"
+        noun = "a whole number" if self.kind is int else "a finite number of seconds"
+        op = ">" if self.strictly_positive else ">="
+        return f"{noun} {op} {self.minimum:g}"
+
+
+_RULES: dict[str, _Rule] = {
+    "shutdown_delay": _Rule(float),
+    "drain_timeout": _Rule(float),
+    "hook_timeout": _Rule(float, strictly_positive=True),
+    "send_retry_after": _Rule(bool),
+    "retry_after": _Rule(int),
+    "grace_period": _Rule(float, strictly_positive=True),
+    "max_in_flight": _Rule(int),
+    "expose_check_errors": _Rule(bool),
+}
+
+
+def _bad(source: str, value: object, rule: _Rule) -> ConfigError:
+    return ConfigError(f"{source}={value!r} is not allowed: expected {rule.allowed()}")
+
+
+def _parse(source: str, raw: object, rule: _Rule) -> Any:
+    """Turn a raw value (string from the environment, or a Python value) into a checked one."""
+    if rule.kind is bool:
+        if isinstance(raw, bool):
+            return raw
+        if isinstance(raw, str) and raw.strip().lower() in _TRUE | _FALSE:
+            return raw.strip().lower() in _TRUE
+        raise _bad(source, raw, rule)
+    if isinstance(raw, bool):  # bool is an int subclass: True seconds is a typo
+        raise _bad(source, raw, rule)
+    number: float
+    if isinstance(raw, str):
+        text = raw.strip()
+        try:
+            number = int(text) if rule.kind is int else float(text)
+        except ValueError:
+            raise _bad(source, raw, rule) from None
+    elif isinstance(raw, (int, float)):
+        number = raw
+    else:
+        raise _bad(source, raw, rule)
+    if rule.kind is int and not float(number).is_integer():
+        raise _bad(source, raw, rule)
+    if math.isnan(number) or math.isinf(number):
+        raise _bad(source, raw, rule)
+    if number < rule.minimum or (rule.strictly_positive and number <= rule.minimum):
+        raise _bad(source, raw, rule)
+    return int(number) if rule.kind is int else float(number)
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Every graceful setting; all durations in seconds.
+
+    ``shutdown_delay``: keep serving this long after SIGTERM while ``/readyz``
+    fails, so load balancers and kube-proxy stop routing here first.
+    ``drain_timeout``: bound on waiting for in-flight requests.
+    ``hook_timeout``: default bound on each pre-shutdown hook and cleanup task.
+    ``send_retry_after``: after the delay keep listening and answer new requests
+    ``429`` with ``Retry-After`` until drained, instead of closing the listeners.
+    ``retry_after``: the ``Retry-After`` value (whole seconds) on those 429s.
+    ``grace_period``: the orchestrator's budget (``terminationGracePeriodSeconds``,
+    systemd ``TimeoutStopSec``); the whole shutdown must fit in it.
+    ``max_in_flight``: per-process admission limit (0 = off); when full, new
+    requests get ``429`` at once instead of queueing.
+    ``expose_check_errors``: show a failing check's reason in ``?verbose``
+    output (off: ``reason withheld``; the real error always goes to the log).
+
+    Raises :class:`ConfigError` for any value out of range, and when the
+    budget (see :meth:`check_budget`) does not fit ``grace_period``.
+    """
+
+    shutdown_delay: float = 5.0
+    drain_timeout: float = 15.0
+    hook_timeout: float = 5.0
+    send_retry_after: bool = False
+    retry_after: int = 5
+    grace_period: float = 30.0
+    max_in_flight: int = 0
+    expose_check_errors: bool = False
+
+    def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):
+            value = _parse(field.name, getattr(self, field.name), _RULES[field.name])
+            object.__setattr__(self, field.name, value)
+        self.check_budget()
+
+    @classmethod
+    def load(
+        cls,
+        environ: Mapping[str, str] | None = None,
+        mapping: Mapping[str, Any] | None = None,
+        **overrides: Any,
+    ) -> Config:
+        """Build a config from keyword arguments, then the environment, then ``mapping``.
+
+        ``environ`` defaults to ``os.environ``; ``mapping`` is e.g. Flask's
+        ``app.config`` (only its ``GRACEFUL_*`` keys are read). Unknown
+        ``GRACEFUL_*`` names are an error, so a misspelt variable is not ignored.
+        """
+        environ = os.environ if environ is None else environ
+        known = {env_name(name) for name in _RULES}
+        for source in (environ, mapping or {}):
+            for key in source:
+                if key.startswith("GRACEFUL_") and key not in known:
+                    raise ConfigError(f"{key} is not a graceful setting: expected one of {', '.join(sorted(known))}")
+        values: dict[str, Any] = {}
+        for name, rule in _RULES.items():
+            key = env_name(name)
+            if name in overrides:
+                values[name] = _parse(name, overrides.pop(name), rule)
+            elif key in environ:
+                values[name] = _parse(key, environ[key], rule)
+            elif mapping is not None and key in mapping:
+                values[name] = _parse(key, mapping[key], rule)
+        if overrides:
+            raise TypeError(f"unknown graceful setting(s): {', '.join(sorted(overrides))}")
+        return cls(**values)
+
+    def replace(self, **changes: Any) -> Config:
+        """Return a copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    def budget(
+        self,
+        pre_shutdown_timeouts: Iterable[float] = (),
+        cleanup_timeouts: Iterable[float] = (),
+    ) -> dict[str, float]:
+        """Return each term of the shutdown budget and their ``total``, in seconds.
+
+        With no hooks given, each hook term is ``hook_timeout`` (what a hook
+        registered later would get by default).
+        """
+        pre = max(pre_shutdown_timeouts, default=self.hook_timeout)
+        cleanup = max(cleanup_timeouts, default=self.hook_timeout)
+        terms = {
+            "shutdown_delay": self.shutdown_delay,
+            "longest pre-shutdown hook": pre,
+            "drain_timeout": self.drain_timeout,
+            "longest cleanup task": cleanup,
+            "margin": BUDGET_MARGIN,
+        }
+        terms["total"] = max(self.shutdown_delay, pre) + self.drain_timeout + cleanup + BUDGET_MARGIN
+        return terms
+
+    def check_budget(
+        self,
+        pre_shutdown_timeouts: Iterable[float] = (),
+        cleanup_timeouts: Iterable[float] = (),
+    ) -> None:
+        """Raise :class:`ConfigError` when the shutdown cannot fit ``grace_period``.
+
+        The budget is ``max(shutdown_delay, longest pre-shutdown hook) +
+        drain_timeout + longest cleanup task + 1 s margin``: pre-shutdown hooks
+        run alongside the delay, cleanup runs after the drain.
+        """
+        t = self.budget(pre_shutdown_timeouts, cleanup_timeouts)
+        if t["total"] <= self.grace_period:
+            return
+        raise ConfigError(
+            "graceful shutdown does not fit GRACEFUL_GRACE_PERIOD: "
+            f"max(shutdown_delay {t['shutdown_delay']:g}s, longest pre-shutdown hook "
+            f"{t['longest pre-shutdown hook']:g}s) + drain_timeout {t['drain_timeout']:g}s"
+            f" + longest cleanup task {t['longest cleanup task']:g}s + margin {t['margin']:g}s"
+            f" = {t['total']:g}s > grace_period {self.grace_period:g}s; raise"
+            " GRACEFUL_GRACE_PERIOD (and terminationGracePeriodSeconds) or lower the others"
+        )

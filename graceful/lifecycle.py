@@ -1,0 +1,380 @@
+"""The shutdown timeline: named one-shot signals and the driver that fires them.
+
+    T0: ShutdownInitiated      first SIGTERM/SIGINT (or request_shutdown()).
+                               /readyz fails, /livez and /healthz stay 200,
+                               responses get "Connection: close",
+                               pre-shutdown hooks all start at once.
+    T0+delay: AfterShutdownDelayDuration
+                               shutdown_delay has passed (still serving).
+    T0+h: PreShutdownHooksStopped
+                               every pre-shutdown hook finished, failed or
+                               timed out (h <= longest hook timeout).
+    max(delay, h): NotAcceptingNewRequests
+                               default mode: listeners close
+                               (HTTPServerStoppedListening follows at once);
+                               send_retry_after mode: new requests get 429.
+    ...: InFlightRequestsDrained
+                               in-flight count reached 0, or drain_timeout.
+    ...: HTTPServerStoppedListening
+                               retry-after mode closes its listeners only now.
+    ...: CleanupFinished       every cleanup task finished, failed or timed
+                               out; the process may exit 0.
+
+    HasBeenReady fires apart from all this, at the first passing /readyz.
+    A second SIGTERM/SIGINT at any point exits 1 at once (graceful.trap).
+
+Each signal wraps a ``threading.Event``, remembers the monotonic time it
+fired, fires once however often it is signalled, and logs one line with the
+seconds since ShutdownInitiated.
+
+A :class:`Lifecycle` owns the signals, the hook registry, the in-flight wait
+group and the admission limit of one server. The server-specific steps sit
+behind :class:`ServerAdapter`. Under Gunicorn, the master runs the first half
+(to NotAcceptingNewRequests) and each worker the second half
+(:meth:`Lifecycle.drain_and_clean_up`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import NoReturn, Protocol, TypeVar
+
+from graceful.admission import AdmissionLimit
+from graceful.clock import Clock, MonotonicClock
+from graceful.config import Config
+from graceful.exit import exit_process
+from graceful.hooks import HookBatch, ShutdownReport
+from graceful.registry import (
+    CLEANUP_TASK,
+    LIVENESS_CHECK,
+    POST_START_HOOK,
+    PRE_SHUTDOWN_HOOK,
+    READINESS_CHECK,
+    Registry,
+)
+from graceful.waitgroup import SafeWaitGroup
+
+__all__ = ["Lifecycle", "LifecycleSignal", "NullAdapter", "ServerAdapter", "SignalListener"]
+
+logger = logging.getLogger(__name__)
+
+F = TypeVar("F", bound=Callable[[], object])
+
+#: Called as ``listener(signal_name, monotonic_time)`` when a signal fires.
+SignalListener = Callable[[str, float], None]
+
+
+class ServerAdapter(Protocol):
+    """The server-specific step the lifecycle cannot do itself."""
+
+    def stop_listening(self) -> None:
+        """Close the listeners: new connections are refused from now on. Called once."""
+
+
+class NullAdapter:
+    """An adapter for a lifecycle with no listeners of its own (tests, Gunicorn workers)."""
+
+    def stop_listening(self) -> None:
+        """Do nothing: someone else owns the listeners."""
+
+
+class LifecycleSignal:
+    """A named one-shot fact: fires once, remembers when, can be waited on.
+
+    ``fire`` is idempotent and thread-safe (it takes a lock, so never call it
+    from an OS signal handler: graceful.trap queues instead).
+    """
+
+    def __init__(self, name: str, lifecycle: Lifecycle) -> None:
+        self.name = name
+        self._lifecycle = lifecycle
+        self._event = threading.Event()
+        self._lock = threading.Lock()
+        #: Monotonic time it fired, or None.
+        self.fired_at: float | None = None
+
+    def __repr__(self) -> str:
+        return f"<LifecycleSignal {self.name} fired_at={self.fired_at}>"
+
+    @property
+    def event(self) -> threading.Event:
+        """The underlying event (set once fired)."""
+        return self._event
+
+    def is_set(self) -> bool:
+        """True once fired."""
+        return self._event.is_set()
+
+    def fire(self) -> bool:
+        """Fire the signal; return True for the call that fired it, False if it had fired."""
+        with self._lock:
+            if self._event.is_set():
+                return False
+            self.fired_at = self._lifecycle.clock.now()
+            self._event.set()
+        self._lifecycle._announce(self)
+        return True
+
+    def wait(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds (on the lifecycle's clock); return whether fired."""
+        return self._lifecycle.clock.wait(self._event, timeout)
+
+
+class Lifecycle:
+    """One server's shutdown timeline, hooks, checks, in-flight count and admission limit.
+
+    ``config`` defaults to ``Config.load()`` (the environment), read when first
+    needed, so importing graceful never fails on a bad variable; servers read
+    it at start-up. Thread-safe: ``request_shutdown`` may be called from any
+    thread, any number of times; the timeline runs once on a daemon thread
+    named ``graceful-shutdown``.
+    """
+
+    def __init__(
+        self,
+        config: Config | None = None,
+        *,
+        clock: Clock | None = None,
+        adapter: ServerAdapter | None = None,
+        run_pre_shutdown_hooks: bool = True,
+    ) -> None:
+        self._config = config
+        self.clock: Clock = clock or MonotonicClock()
+        self.adapter: ServerAdapter = adapter or NullAdapter()
+        #: False in a process that serves but does not own the server (a Gunicorn worker).
+        self.run_pre_shutdown_hooks = run_pre_shutdown_hooks
+        self.registry = Registry()
+        self.in_flight = SafeWaitGroup()
+        self._admission: AdmissionLimit | None = None
+        self._listeners: list[SignalListener] = []
+        self._lock = threading.Lock()
+        self._driver: threading.Thread | None = None
+        self._tail_started = False
+        self._pre_batch: HookBatch | None = None
+        self._cleanup_batch: HookBatch | None = None
+        self._post_start_batch: HookBatch | None = None
+        self.report = ShutdownReport()
+
+        self.has_been_ready = LifecycleSignal("HasBeenReady", self)
+        self.shutdown_initiated = LifecycleSignal("ShutdownInitiated", self)
+        self.after_shutdown_delay = LifecycleSignal("AfterShutdownDelayDuration", self)
+        self.pre_shutdown_hooks_stopped = LifecycleSignal("PreShutdownHooksStopped", self)
+        self.not_accepting_new_requests = LifecycleSignal("NotAcceptingNewRequests", self)
+        self.in_flight_requests_drained = LifecycleSignal("InFlightRequestsDrained", self)
+        self.http_server_stopped_listening = LifecycleSignal("HTTPServerStoppedListening", self)
+        self.cleanup_finished = LifecycleSignal("CleanupFinished", self)
+
+    # -- configuration -----------------------------------------------------
+
+    @property
+    def config(self) -> Config:
+        """The config in force (loaded from the environment on first use)."""
+        if self._config is None:
+            self._config = Config.load()
+        return self._config
+
+    def configure(self, config: Config) -> None:
+        """Replace the config; only before shutdown has begun."""
+        if self.shutdown_initiated.is_set():
+            raise RuntimeError("cannot change the config after shutdown has begun")
+        self._config = config
+        self._admission = None
+
+    @property
+    def admission(self) -> AdmissionLimit:
+        """The per-process admission limit from ``config.max_in_flight``."""
+        if self._admission is None:
+            self._admission = AdmissionLimit(self.config.max_in_flight)
+        return self._admission
+
+    def check_budget(self) -> None:
+        """Raise ``ConfigError`` when the config plus the registered hooks cannot fit the grace period."""
+        timeout = self.config.hook_timeout
+        pre = [h.timeout or timeout for h in self.registry.hooks(PRE_SHUTDOWN_HOOK)]
+        cleanup = [h.timeout or timeout for h in self.registry.hooks(CLEANUP_TASK)]
+        self.config.check_budget(pre, cleanup)
+
+    # -- registration --------------------------------------------------------
+
+    def pre_shutdown_hook(self, name: str, timeout: float | None = None) -> Callable[[F], F]:
+        """Register a server-scope hook run once at ShutdownInitiated, alongside the delay."""
+        return self.registry.decorator(PRE_SHUTDOWN_HOOK, name, timeout)
+
+    def cleanup_task(self, name: str, timeout: float | None = None) -> Callable[[F], F]:
+        """Register a process-scope task run after the drain, before the process exits."""
+        return self.registry.decorator(CLEANUP_TASK, name, timeout)
+
+    def post_start_hook(self, name: str) -> Callable[[F], F]:
+        """Register a hook run after the listener binds; readiness fails until it returns."""
+        return self.registry.decorator(POST_START_HOOK, name)
+
+    def readiness_check(self, name: str) -> Callable[[F], F]:
+        """Register a readiness check: it passes when it returns anything but False."""
+        return self.registry.decorator(READINESS_CHECK, name)
+
+    def liveness_check(self, name: str) -> Callable[[F], F]:
+        """Register a liveness check: it passes when it returns anything but False."""
+        return self.registry.decorator(LIVENESS_CHECK, name)
+
+    # -- observation ---------------------------------------------------------
+
+    @property
+    def signals(self) -> tuple[LifecycleSignal, ...]:
+        """Every signal in timeline order."""
+        return (
+            self.has_been_ready,
+            self.shutdown_initiated,
+            self.after_shutdown_delay,
+            self.pre_shutdown_hooks_stopped,
+            self.not_accepting_new_requests,
+            self.in_flight_requests_drained,
+            self.http_server_stopped_listening,
+            self.cleanup_finished,
+        )
+
+    def subscribe(self, listener: SignalListener) -> None:
+        """Call ``listener(name, time)`` on the firing thread each time a signal fires."""
+        self._listeners.append(listener)
+
+    def _announce(self, signal: LifecycleSignal) -> None:
+        t0 = self.shutdown_initiated.fired_at
+        assert signal.fired_at is not None
+        since = 0.0 if t0 is None else signal.fired_at - t0
+        logger.info("graceful: %s (%.3fs after ShutdownInitiated)", signal.name, since)
+        for listener in list(self._listeners):
+            listener(signal.name, signal.fired_at)
+
+    # -- start-up --------------------------------------------------------------
+
+    def run_post_start_hooks(self) -> None:
+        """Start the post-start hooks, concurrently; call once the listener is bound."""
+        with self._lock:
+            if self._post_start_batch is not None:
+                return
+            hooks = self.registry.close(POST_START_HOOK, "start-up")
+            # Post-start hooks may take as long as they need; readiness waits.
+            self._post_start_batch = HookBatch(POST_START_HOOK, hooks, float("inf"), self.clock)
+        self._post_start_batch.start()
+
+    def post_start_status(self) -> dict[str, str | None]:
+        """Each post-start hook's state: ``None`` once it returned, else why it is not ready."""
+        batch = self._post_start_batch
+        names = [h.name for h in self.registry.hooks(POST_START_HOOK)]
+        if batch is None:
+            return {name: "not started" for name in names}
+        return {name: batch.pending_reason(name) for name in names}
+
+    # -- shutdown ----------------------------------------------------------------
+
+    def request_shutdown(self) -> None:
+        """Start the whole timeline on its own thread; later calls do nothing.
+
+        Safe from any thread, but not from an OS signal handler (use graceful.trap).
+        """
+        with self._lock:
+            if self._driver is not None:
+                return
+            self._driver = threading.Thread(target=self._run_shutdown, name="graceful-shutdown", daemon=True)
+        self._driver.start()
+
+    def _run_shutdown(self) -> None:
+        # Stop reporting ready; start the pre-shutdown hooks, alongside the delay.
+        self.initiate_shutdown()
+        # Keep serving while load balancers notice /readyz failing.
+        self.clock.wait(threading.Event(), self.config.shutdown_delay)
+        self.after_shutdown_delay.fire()
+        # Do not stop accepting before every pre-shutdown hook is done.
+        assert self._pre_batch is not None
+        self.report = self._pre_batch.wait() + self.report
+        self.pre_shutdown_hooks_stopped.fire()
+        self.stop_accepting()
+        self.drain_and_clean_up()
+
+    def initiate_shutdown(self) -> None:
+        """Fire ShutdownInitiated and start the pre-shutdown hooks (if this lifecycle runs them)."""
+        with self._lock:
+            if self._pre_batch is None:
+                hooks = self.registry.close(PRE_SHUTDOWN_HOOK, "shutdown")
+                if not self.run_pre_shutdown_hooks:
+                    hooks = []
+                self._pre_batch = HookBatch(
+                    PRE_SHUTDOWN_HOOK,
+                    hooks,
+                    self.config.hook_timeout,
+                    self.clock,
+                    on_all_done=self.pre_shutdown_hooks_stopped.fire,
+                )
+        self.registry.close(READINESS_CHECK, "shutdown")
+        self.registry.close(LIVENESS_CHECK, "shutdown")
+        if not self.shutdown_initiated.fire():
+            return
+        self._pre_batch.start()
+
+    def stop_accepting(self) -> None:
+        """Fire NotAcceptingNewRequests; in default mode close the listeners at once."""
+        if not self.not_accepting_new_requests.fire():
+            return
+        if not self.config.send_retry_after:
+            self._stop_listening()
+
+    def _stop_listening(self) -> None:
+        if self.http_server_stopped_listening.is_set():
+            return
+        # Stop accepting new connections.
+        self.adapter.stop_listening()
+        self.http_server_stopped_listening.fire()
+
+    def drain_and_clean_up(self) -> ShutdownReport:
+        """Wait for in-flight requests (up to drain_timeout), close listeners, run cleanup tasks.
+
+        Runs once; a second caller waits for the first to finish (up to the
+        time it may take). Under Gunicorn a worker calls this from
+        ``worker_exit`` in its main thread. Returns the shutdown report.
+        """
+        with self._lock:
+            first = not self._tail_started
+            self._tail_started = True
+        if not first:
+            self.cleanup_finished.wait(self.config.drain_timeout + self._longest(CLEANUP_TASK) + 1)
+            return self.report
+        # Wait for in-flight requests to finish.
+        drained = self.in_flight.wait(self.config.drain_timeout, self.clock.wait)
+        if not drained:
+            logger.warning(
+                "graceful: drain timed out after %gs; abandoning %d in-flight request(s)",
+                self.config.drain_timeout,
+                self.in_flight.count,
+            )
+        self.in_flight_requests_drained.fire()
+        self._stop_listening()
+        # Run the cleanup tasks, all at once.
+        hooks = self.registry.close(CLEANUP_TASK, "cleanup")
+        self._cleanup_batch = HookBatch(CLEANUP_TASK, hooks, self.config.hook_timeout, self.clock)
+        self.report = self.report + self._cleanup_batch.wait()
+        self.cleanup_finished.fire()
+        return self.report
+
+    def _longest(self, kind: str) -> float:
+        timeout = self.config.hook_timeout
+        return max((h.timeout or timeout for h in self.registry.hooks(kind)), default=0.0)
+
+    @property
+    def hung_hooks(self) -> list[str]:
+        """Names of hooks and tasks whose threads are still running after their timeout."""
+        batches = (self._pre_batch, self._cleanup_batch)
+        return [name for batch in batches if batch is not None for name in batch.hung]
+
+    def wait_finished(self, timeout: float) -> bool:
+        """Wait (on the lifecycle's clock) until CleanupFinished; return whether it fired."""
+        return self.cleanup_finished.wait(timeout)
+
+    def exit(self, code: int = 0) -> NoReturn:
+        """End the process with ``code``, not waiting for hung hook threads.
+
+        Call from the main thread after :meth:`wait_finished`.
+        """
+        if self.hung_hooks:
+            logger.warning("graceful: exiting with hung hooks still running: %s", ", ".join(self.hung_hooks))
+        exit_process(code)

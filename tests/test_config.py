@@ -1,0 +1,155 @@
+"""Tests for graceful.config."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from graceful.config import BUDGET_MARGIN, Config, ConfigError, env_name
+
+
+class TestDefaults:
+    def test_defaults_match_the_design_table(self) -> None:
+        """The defaults are DESIGN.md's: 5 s delay, 15 s drain, 5 s hooks, 30 s grace, no limit."""
+        c = Config()
+        assert (c.shutdown_delay, c.drain_timeout, c.hook_timeout) == (5.0, 15.0, 5.0)
+        assert (c.send_retry_after, c.retry_after, c.grace_period, c.max_in_flight) == (False, 5, 30.0, 0)
+
+    def test_env_names_are_prefixed_upper_case(self) -> None:
+        """Each field's variable is GRACEFUL_ plus its upper-case name."""
+        assert env_name("shutdown_delay") == "GRACEFUL_SHUTDOWN_DELAY"
+
+    def test_config_is_frozen(self) -> None:
+        """A Config cannot be changed after it is built."""
+        with pytest.raises(AttributeError):
+            Config().shutdown_delay = 1  # type: ignore[misc]
+
+
+class TestPrecedence:
+    def test_keyword_beats_environment_beats_mapping(self) -> None:
+        """kwargs > GRACEFUL_* environment > app.config-style mapping > default."""
+        env = {"GRACEFUL_SHUTDOWN_DELAY": "2", "GRACEFUL_DRAIN_TIMEOUT": "3"}
+        mapping = {"GRACEFUL_SHUTDOWN_DELAY": 7, "GRACEFUL_DRAIN_TIMEOUT": 7, "GRACEFUL_HOOK_TIMEOUT": 4}
+        c = Config.load(env, mapping, shutdown_delay=1)
+        assert (c.shutdown_delay, c.drain_timeout, c.hook_timeout, c.grace_period) == (1.0, 3.0, 4.0, 30.0)
+
+    def test_mapping_keys_other_than_graceful_are_ignored(self) -> None:
+        """Flask's own keys in app.config do not disturb loading."""
+        assert Config.load({}, {"SECRET_KEY": "x", "DEBUG": True}) == Config()
+
+    def test_unknown_graceful_variable_is_an_error(self) -> None:
+        """A misspelt GRACEFUL_ variable fails loudly instead of being ignored."""
+        with pytest.raises(ConfigError, match="GRACEFUL_SHUTDOWN_DELAYY is not a graceful setting"):
+            Config.load({"GRACEFUL_SHUTDOWN_DELAYY": "1"})
+
+    def test_unknown_keyword_is_a_type_error(self) -> None:
+        """A misspelt keyword argument is a TypeError naming it."""
+        with pytest.raises(TypeError, match="shutdown_dealy"):
+            Config.load({}, shutdown_dealy=1)
+
+
+class TestValidation:
+    @pytest.mark.parametrize(
+        ("var", "value", "allowed"),
+        [
+            ("GRACEFUL_SHUTDOWN_DELAY", "abc", "a finite number of seconds >= 0"),
+            ("GRACEFUL_SHUTDOWN_DELAY", "-1", "a finite number of seconds >= 0"),
+            ("GRACEFUL_DRAIN_TIMEOUT", "nan", "a finite number of seconds >= 0"),
+            ("GRACEFUL_DRAIN_TIMEOUT", "inf", "a finite number of seconds >= 0"),
+            ("GRACEFUL_HOOK_TIMEOUT", "0", "a finite number of seconds > 0"),
+            ("GRACEFUL_GRACE_PERIOD", "", "a finite number of seconds > 0"),
+            ("GRACEFUL_SEND_RETRY_AFTER", "ture", "one of true/false"),
+            ("GRACEFUL_RETRY_AFTER", "1.5", "a whole number >= 0"),
+            ("GRACEFUL_MAX_IN_FLIGHT", "-3", "a whole number >= 0"),
+            ("GRACEFUL_EXPOSE_CHECK_ERRORS", "2", "one of true/false"),
+        ],
+    )
+    def test_bad_environment_value_names_variable_value_and_form(self, var: str, value: str, allowed: str) -> None:
+        """Each bad value raises a ValueError naming the variable, the value and the allowed form."""
+        with pytest.raises(ValueError) as info:
+            Config.load({var: value})
+        message = str(info.value)
+        assert var in message and repr(value) in message and allowed in message
+
+    @pytest.mark.parametrize("text", ["1", "true", "TRUE", "yes", "On", " on "])
+    def test_true_spellings(self, text: str) -> None:
+        """The usual spellings of true are accepted, case-insensitively."""
+        assert Config.load({"GRACEFUL_SEND_RETRY_AFTER": text}).send_retry_after is True
+
+    @pytest.mark.parametrize("text", ["0", "false", "No", "OFF"])
+    def test_false_spellings(self, text: str) -> None:
+        """The usual spellings of false are accepted."""
+        assert Config.load({"GRACEFUL_SEND_RETRY_AFTER": text}).send_retry_after is False
+
+    def test_keyword_values_are_validated_too(self) -> None:
+        """Config(...) refuses a negative delay given in code, naming the field."""
+        with pytest.raises(ConfigError, match="shutdown_delay=-1"):
+            Config(shutdown_delay=-1)
+
+    def test_bool_is_not_a_number_of_seconds(self) -> None:
+        """True as a duration is a typo, not 1 second."""
+        with pytest.raises(ConfigError):
+            Config(shutdown_delay=True)
+
+    def test_numbers_in_strings_are_converted(self) -> None:
+        """Environment strings become floats and ints."""
+        c = Config.load({"GRACEFUL_SHUTDOWN_DELAY": " 2.5 ", "GRACEFUL_MAX_IN_FLIGHT": "10"})
+        assert c.shutdown_delay == 2.5 and c.max_in_flight == 10 and isinstance(c.max_in_flight, int)
+
+    @given(st.floats(allow_nan=True, allow_infinity=True))
+    def test_any_float_is_accepted_or_refused_with_config_error(self, x: float) -> None:
+        """A float for shutdown_delay is either valid (finite, >= 0) or a ConfigError; nothing else."""
+        if math.isfinite(x) and 0 <= x <= 9:
+            assert Config(shutdown_delay=x).shutdown_delay == x
+        elif not (math.isfinite(x) and x > 9):
+            with pytest.raises(ConfigError):
+                Config(shutdown_delay=x)
+
+    @given(st.text())
+    def test_any_text_is_parsed_or_refused_with_config_error(self, text: str) -> None:
+        """Arbitrary text for a variable never raises anything but ConfigError."""
+        try:
+            Config.load({"GRACEFUL_DRAIN_TIMEOUT": text})
+        except ConfigError as exc:
+            assert "GRACEFUL_DRAIN_TIMEOUT" in str(exc)
+
+
+class TestBudget:
+    def test_default_budget_fits_default_grace_period(self) -> None:
+        """5 + 15 + 5 + 1 = 26 <= 30."""
+        assert Config().budget()["total"] == 26.0
+
+    def test_pre_shutdown_hooks_overlap_the_delay(self) -> None:
+        """The budget counts max(delay, longest pre-shutdown hook), not their sum."""
+        c = Config(shutdown_delay=5, grace_period=60)
+        assert c.budget(pre_shutdown_timeouts=[3], cleanup_timeouts=[2])["total"] == 5 + 15 + 2 + BUDGET_MARGIN
+        assert c.budget(pre_shutdown_timeouts=[9], cleanup_timeouts=[2])["total"] == 9 + 15 + 2 + BUDGET_MARGIN
+
+    def test_over_budget_error_shows_each_term_and_the_sum(self) -> None:
+        """The error lists delay, longest hook, drain, longest cleanup, margin, the sum and the grace period."""
+        with pytest.raises(ConfigError) as info:
+            Config(shutdown_delay=10, drain_timeout=20, grace_period=30)
+        message = str(info.value)
+        for part in [
+            "shutdown_delay 10s",
+            "drain_timeout 20s",
+            "longest cleanup task 5s",
+            "margin 1s",
+            "= 36s",
+            "grace_period 30s",
+        ]:
+            assert part in message
+
+    def test_long_hook_checked_against_budget(self) -> None:
+        """A registered hook timeout longer than the budget allows is refused."""
+        with pytest.raises(ConfigError, match="longest pre-shutdown hook 20s"):
+            Config().check_budget(pre_shutdown_timeouts=[20])
+
+    def test_replace_validates_again(self) -> None:
+        """replace() builds a new validated config."""
+        assert Config().replace(shutdown_delay=1).shutdown_delay == 1.0
+        with pytest.raises(ConfigError):
+            Config().replace(retry_after=-1)
