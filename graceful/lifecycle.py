@@ -103,18 +103,28 @@ class LifecycleSignal:
         """The underlying event (set once fired)."""
         return self._event
 
+    def reinit_after_fork(self) -> None:
+        """Replace the lock in a forked child (see ``Lifecycle.reinit_after_fork``)."""
+        self._lock = threading.Lock()
+
     def is_set(self) -> bool:
         """True once fired."""
         return self._event.is_set()
 
     def fire(self) -> bool:
-        """Fire the signal; return True for the call that fired it, False if it had fired."""
+        """Fire the signal; return True for the call that fired it, False if it had fired.
+
+        The time is recorded, the line logged and the listeners called before
+        the event is set, so whoever waits on it sees every listener done.
+        """
         with self._lock:
-            if self._event.is_set():
+            if self.fired_at is not None:
                 return False
             self.fired_at = self._lifecycle.clock.now()
+        try:
+            self._lifecycle._announce(self)
+        finally:
             self._event.set()
-        self._lifecycle._announce(self)
         return True
 
     def wait(self, timeout: float) -> bool:
@@ -152,6 +162,7 @@ class Lifecycle:
         self._lock = threading.Lock()
         self._driver: threading.Thread | None = None
         self._tail_started = False
+        self._listeners_closed = False
         self._pre_batch: HookBatch | None = None
         self._cleanup_batch: HookBatch | None = None
         self._post_start_batch: HookBatch | None = None
@@ -238,11 +249,18 @@ class Lifecycle:
         """Call ``listener(name, time)`` on the firing thread each time a signal fires."""
         self._listeners.append(listener)
 
+    def unsubscribe(self, listener: SignalListener) -> None:
+        """Stop calling ``listener`` (no error if it was not subscribed)."""
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
     def _announce(self, signal: LifecycleSignal) -> None:
         t0 = self.shutdown_initiated.fired_at
         assert signal.fired_at is not None
-        since = 0.0 if t0 is None else signal.fired_at - t0
-        logger.info("graceful: %s (%.3fs after ShutdownInitiated)", signal.name, since)
+        if t0 is None:  # a worker stopped by HUP, TTOU or recycling: no server shutdown
+            logger.info("graceful: %s (no server shutdown)", signal.name)
+        else:
+            logger.info("graceful: %s (%.3fs after ShutdownInitiated)", signal.name, signal.fired_at - t0)
         for listener in list(self._listeners):
             listener(signal.name, signal.fired_at)
 
@@ -253,7 +271,7 @@ class Lifecycle:
         with self._lock:
             if self._post_start_batch is not None:
                 return
-            hooks = self.registry.close(POST_START_HOOK, "start-up")
+            hooks = self.registry.close(POST_START_HOOK, "start-up has begun")
             # Post-start hooks may take as long as they need; readiness waits.
             self._post_start_batch = HookBatch(POST_START_HOOK, hooks, float("inf"), self.clock)
         self._post_start_batch.start()
@@ -265,6 +283,21 @@ class Lifecycle:
         if batch is None:
             return {name: "not started" for name in names}
         return {name: batch.pending_reason(name) for name in names}
+
+    def reinit_after_fork(self) -> None:
+        """Make the copy of this lifecycle in a forked child usable on its own.
+
+        A thread of the parent may have held one of our locks at the fork;
+        the child gets fresh ones. Gunicorn workers call this in ``post_fork``.
+        """
+        self._lock = threading.Lock()
+        self.registry.reinit_after_fork()
+        for signal in self.signals:
+            signal.reinit_after_fork()
+        # The parent's hook threads did not come along: the child starts with none.
+        self._driver = None
+        self._pre_batch = self._cleanup_batch = self._post_start_batch = None
+        self.report = ShutdownReport()
 
     # -- shutdown ----------------------------------------------------------------
 
@@ -280,6 +313,15 @@ class Lifecycle:
         self._driver.start()
 
     def _run_shutdown(self) -> None:
+        self.run_until_not_accepting()
+        self.drain_and_clean_up()
+
+    def run_until_not_accepting(self) -> None:
+        """Run the first half of the timeline, up to NotAcceptingNewRequests, on the calling thread.
+
+        Under Gunicorn the master runs this half; each worker runs
+        :meth:`drain_and_clean_up` when it is stopped.
+        """
         # Stop reporting ready; start the pre-shutdown hooks, alongside the delay.
         self.initiate_shutdown()
         # Keep serving while load balancers notice /readyz failing.
@@ -290,13 +332,12 @@ class Lifecycle:
         self.report = self._pre_batch.wait() + self.report
         self.pre_shutdown_hooks_stopped.fire()
         self.stop_accepting()
-        self.drain_and_clean_up()
 
     def initiate_shutdown(self) -> None:
         """Fire ShutdownInitiated and start the pre-shutdown hooks (if this lifecycle runs them)."""
         with self._lock:
             if self._pre_batch is None:
-                hooks = self.registry.close(PRE_SHUTDOWN_HOOK, "shutdown")
+                hooks = self.registry.close(PRE_SHUTDOWN_HOOK, "shutdown has begun")
                 if not self.run_pre_shutdown_hooks:
                     hooks = []
                 self._pre_batch = HookBatch(
@@ -306,8 +347,8 @@ class Lifecycle:
                     self.clock,
                     on_all_done=self.pre_shutdown_hooks_stopped.fire,
                 )
-        self.registry.close(READINESS_CHECK, "shutdown")
-        self.registry.close(LIVENESS_CHECK, "shutdown")
+        self.registry.close(READINESS_CHECK, "shutdown has begun")
+        self.registry.close(LIVENESS_CHECK, "shutdown has begun")
         if not self.shutdown_initiated.fire():
             return
         self._pre_batch.start()
@@ -317,11 +358,14 @@ class Lifecycle:
         if not self.not_accepting_new_requests.fire():
             return
         if not self.config.send_retry_after:
-            self._stop_listening()
+            self.close_listeners()
 
-    def _stop_listening(self) -> None:
-        if self.http_server_stopped_listening.is_set():
-            return
+    def close_listeners(self) -> None:
+        """Tell the adapter to stop listening and fire HTTPServerStoppedListening; once."""
+        with self._lock:
+            if self._listeners_closed:
+                return
+            self._listeners_closed = True
         # Stop accepting new connections.
         self.adapter.stop_listening()
         self.http_server_stopped_listening.fire()
@@ -348,13 +392,21 @@ class Lifecycle:
                 self.in_flight.count,
             )
         self.in_flight_requests_drained.fire()
-        self._stop_listening()
+        self.close_listeners()
         # Run the cleanup tasks, all at once.
-        hooks = self.registry.close(CLEANUP_TASK, "cleanup")
+        hooks = self.registry.close(CLEANUP_TASK, "cleanup has begun")
         self._cleanup_batch = HookBatch(CLEANUP_TASK, hooks, self.config.hook_timeout, self.clock)
         self.report = self.report + self._cleanup_batch.wait()
         self.cleanup_finished.fire()
         return self.report
+
+    def longest_cleanup_timeout(self) -> float:
+        """The longest timeout (s) among the registered cleanup tasks, 0 if none."""
+        return self._longest(CLEANUP_TASK)
+
+    def longest_pre_shutdown_timeout(self) -> float:
+        """The longest timeout (s) among the registered pre-shutdown hooks, 0 if none."""
+        return self._longest(PRE_SHUTDOWN_HOOK)
 
     def _longest(self, kind: str) -> float:
         timeout = self.config.hook_timeout

@@ -66,9 +66,7 @@ class Registry:
             raise ValueError(f"{hook.kind} {hook.name!r}: timeout must be > 0 seconds, got {hook.timeout!r}")
         with self._lock:
             if hook.kind in self._closed:
-                raise PhaseStartedError(
-                    f"cannot register {hook.kind} {hook.name!r}: {self._closed[hook.kind]} has begun"
-                )
+                raise PhaseStartedError(f"cannot register {hook.kind} {hook.name!r}: {self._closed[hook.kind]}")
             existing = self._hooks[hook.kind].get(hook.name)
             if existing is not None and existing.origin() != hook.origin():
                 raise DuplicateNameError(
@@ -91,8 +89,12 @@ class Registry:
         with self._lock:
             return list(self._hooks[kind].values())
 
+    def reinit_after_fork(self) -> None:
+        """Replace the lock in a forked child, where a parent thread may have held it."""
+        self._lock = threading.Lock()
+
     def close(self, kind: str, phase: str) -> list[Hook]:
-        """Refuse further registrations of ``kind`` (``phase`` names why) and return its hooks."""
+        """Refuse further registrations of ``kind`` (``phase`` says why) and return its hooks."""
         with self._lock:
             self._closed.setdefault(kind, phase)
             return list(self._hooks[kind].values())

@@ -52,9 +52,23 @@ class SignalTrap:
         self._thread: threading.Thread | None = None
         self.received: list[int] = []
 
-    def _handler(self, signum: int, frame: FrameType | None) -> None:
-        # Runs inside the OS signal handler: only queue. SimpleQueue.put is reentrant.
+    def handle(self, signum: int, frame: FrameType | None) -> None:
+        """The OS signal handler: only queues (``SimpleQueue.put`` is reentrant-safe).
+
+        Another handler may call it to pass a signal on; :meth:`start` first.
+        """
         self._queue.put(signum)
+
+    def start(self, *, armed: bool = False) -> SignalTrap:
+        """Start the acting thread without installing handlers.
+
+        ``armed``: the first signal was already handled elsewhere (the
+        Gunicorn master), so the next one exits at once.
+        """
+        if armed and not self.received:
+            self.received.append(0)
+        self._start_thread()
+        return self
 
     def install(self) -> SignalTrap:
         """Install the handlers (main thread only) and start the acting thread."""
@@ -62,7 +76,7 @@ class SignalTrap:
             raise RuntimeError("SignalTrap.install() must be called from the main thread")
         self._start_thread()
         for sig in self._signals:
-            self._previous[sig] = signal.signal(sig, self._handler)
+            self._previous[sig] = signal.signal(sig, self.handle)
         return self
 
     def uninstall(self) -> None:

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import queue
 import signal
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -63,26 +66,39 @@ def processes() -> Iterator[Processes]:
         procs.cleanup()
 
 
+class _Lines:
+    """Reads a process's output on a thread, so no line is lost between select() and a buffer."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.queue: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._read, args=(proc,), daemon=True)
+        self._thread.start()
+
+    def _read(self, proc: subprocess.Popen[str]) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            self.queue.put(line.rstrip("\n"))
+        self.queue.put(None)
+
+
+_readers: dict[int, _Lines] = {}
+
+
 def read_until(proc: subprocess.Popen[str], marker: str, timeout: float = 30.0) -> list[str]:
     """Read lines from ``proc`` until one contains ``marker``; fail after ``timeout`` seconds."""
-    import selectors
-    import time
-
-    assert proc.stdout is not None
+    reader = _readers.get(proc.pid)
+    if reader is None:
+        reader = _readers[proc.pid] = _Lines(proc)
     lines: list[str] = []
     deadline = time.monotonic() + timeout
-    sel = selectors.DefaultSelector()
-    sel.register(proc.stdout, selectors.EVENT_READ)
-    try:
-        while time.monotonic() < deadline:
-            if not sel.select(timeout=max(0.0, deadline - time.monotonic())):
-                continue
-            line = proc.stdout.readline()
-            if not line:
-                break
-            lines.append(line.rstrip("\n"))
-            if marker in line:
-                return lines
-    finally:
-        sel.unregister(proc.stdout)
-    raise AssertionError(f"{marker!r} not seen within {timeout}s; output so far:\n" + "\n".join(lines))
+    while True:
+        remaining = deadline - time.monotonic()
+        try:
+            line = reader.queue.get(timeout=max(0.01, remaining))
+        except queue.Empty:
+            line = None
+        if line is None or remaining <= 0:
+            raise AssertionError(f"{marker!r} not seen within {timeout}s; output so far:\n" + "\n".join(lines))
+        lines.append(line)
+        if marker in line:
+            return lines

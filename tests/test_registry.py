@@ -52,7 +52,7 @@ class TestRegistry:
     def test_register_after_phase_began_is_an_error(self) -> None:
         """Once a kind's phase has begun, registering more of it raises PhaseStartedError."""
         r = Registry()
-        r.close(CLEANUP_TASK, "cleanup")
+        r.close(CLEANUP_TASK, "cleanup has begun")
         with pytest.raises(PhaseStartedError, match="cleanup has begun"):
             r.register(Hook(CLEANUP_TASK, "late", one))
 

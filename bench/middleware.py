@@ -1,0 +1,109 @@
+"""What GracefulMiddleware adds to one request: bare app vs wrapped, in one run.
+
+    python bench/middleware.py [--rounds 9] [--number 200000]
+
+Each call does what a WSGI server does per request: a fresh environ (a copy),
+call the app, iterate the response, ``close()`` it. Bare and wrapped runs
+alternate, round by round, and each keeps its best round (timeit's advice:
+the minimum is the run least disturbed by the rest of the machine). Prints
+nanoseconds per request, the ratio and the nanoseconds added, for a plain WSGI
+function and a Flask hello-world app.
+
+Targets (DESIGN.md): at most 1 us added on the plain app, Flask slowed <= 3%.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import timeit
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from graceful.config import Config
+from graceful.lifecycle import Lifecycle
+from graceful.middleware import GracefulMiddleware
+
+if TYPE_CHECKING:
+    from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
+
+
+def plain_app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+    """The smallest useful WSGI app."""
+    start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "5")])
+    return [b"hello"]
+
+
+def flask_app() -> WSGIApplication:
+    """A Flask hello-world app (its ``wsgi_app``, which Graceful wraps)."""
+    from flask import Flask
+
+    app = Flask("bench")
+
+    @app.route("/")
+    def hello() -> str:
+        return "hello"
+
+    return app.wsgi_app
+
+
+def environ_for(path: str) -> dict[str, Any]:
+    """A complete GET environ, as a server would build it."""
+    from werkzeug.test import EnvironBuilder
+
+    return dict(EnvironBuilder(path=path).get_environ())
+
+
+def _start_response(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Callable[[bytes], object]:
+    return len
+
+
+def serve_once(app: WSGIApplication, environ: dict[str, Any]) -> None:
+    """One request as a server runs it: fresh environ, call, iterate, close."""
+    result = app(environ.copy(), _start_response)
+    try:
+        for _chunk in result:
+            pass
+    finally:
+        close = getattr(result, "close", None)
+        if close is not None:
+            close()
+
+
+def compare(name: str, bare: WSGIApplication, environ: dict[str, Any], rounds: int, number: int) -> None:
+    """Time ``bare`` and it wrapped, alternating, and print the best of each."""
+    wrapped = GracefulMiddleware(bare, Lifecycle(Config()))
+    timers = {
+        "bare": timeit.Timer(lambda: serve_once(bare, environ)),
+        "wrapped": timeit.Timer(lambda: serve_once(wrapped, environ)),
+    }
+    best = {key: float("inf") for key in timers}
+    for timer in timers.values():  # warm up
+        timer.timeit(number // 10 or 1)
+    for _ in range(rounds):
+        for key, timer in timers.items():
+            best[key] = min(best[key], timer.timeit(number) / number * 1e9)
+    added = best["wrapped"] - best["bare"]
+    print(
+        f"{name:<8} bare {best['bare']:8.0f} ns   wrapped {best['wrapped']:8.0f} ns"
+        f"   ratio {best['wrapped'] / best['bare']:.3f}   added {added:+6.0f} ns"
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run both comparisons and print one line each."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--rounds", type=int, default=9, help="alternating rounds; the best is kept")
+    parser.add_argument("--number", type=int, default=200_000, help="requests per round (plain app)")
+    args = parser.parse_args(argv)
+    print(f"CPython {platform.python_version()} on {platform.machine()}; best of {args.rounds} rounds")
+    compare("plain", plain_app, environ_for("/"), args.rounds, args.number)
+    compare("flask", flask_app(), environ_for("/"), args.rounds, max(1, args.number // 20))
+
+
+if __name__ == "__main__":
+    main()

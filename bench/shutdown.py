@@ -1,0 +1,159 @@
+"""Shutdown timings of ``gunicorn -c graceful/conf.py``, measured from outside with real signals.
+
+    python bench/shutdown.py [--trials 5] [--worker-class gthread]
+
+Three figures (DESIGN.md targets), each the median and the worst of
+``--trials`` runs, every one a fresh Gunicorn serving tests/live/load_app.py:
+
+overhead
+    SIGTERM with one request in flight that outlives the delay by about
+    0.5 s, and one cleanup task of 0.5 s. Expected exit: the later of
+    (SIGTERM + delay) and the request's end, plus the cleanup task. The
+    overhead is the master's actual exit (to the millisecond, via pidfd)
+    minus that. Target <= 100 ms.
+cleanup
+    Ten cleanup tasks of 1 s each: the cleanup phase of one
+    ``graceful.Lifecycle`` in this process (target <= 1.1 s), and, for
+    context, SIGTERM to exit of a Gunicorn with no delay running them.
+second signal
+    SIGTERM, then SIGTERM again 0.5 s into a 5 s delay: time from the
+    second signal to the master's exit (status 1). Target <= 100 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import requests
+
+from graceful.config import Config
+from graceful.lifecycle import Lifecycle
+from tests.conftest import Processes
+from tests.e2e_harness import Gunicorn, Record, fetch, free_port
+
+
+def _instance(processes: Processes, worker_class: str, **env: str) -> Gunicorn:
+    instance = Gunicorn(processes, free_port(), worker_class, graceful=True, env=env, name="bench")
+    instance.start()
+    instance.wait_ready()
+    return instance
+
+
+def overhead_once(processes: Processes, worker_class: str, delay: float = 1.0, cleanup: float = 0.5) -> float:
+    """One trial: exit time minus (delay, in-flight remainder, cleanup), in seconds."""
+    instance = _instance(
+        processes, worker_class, GRACEFUL_SHUTDOWN_DELAY=f"{delay:g}", LOAD_APP_CLEANUP=f"1:{cleanup:g}"
+    )
+    try:
+        results: list[Record] = []
+        lead = 0.2  # the request reaches a worker before the SIGTERM
+        path = f"/slow?ms={int((lead + delay + 0.5) * 1000)}&bytes=4096"
+
+        def request() -> None:
+            with requests.Session() as session:
+                session.trust_env = False
+                results.append(fetch(session, instance.url, path, 4096))
+
+        thread = threading.Thread(target=request, daemon=True)
+        thread.start()
+        time.sleep(lead)
+        sigterm_at = instance.terminate()
+        returncode = instance.wait_exit(timeout=delay + 30)
+        thread.join(15)
+        if returncode != 0 or not results or not results[0].ok:
+            raise RuntimeError(f"trial failed: exit {returncode}, {results}\n{instance.log()}")
+        assert instance.exited_at is not None
+        expected_exit = max(sigterm_at + delay, results[0].ended) + cleanup
+        return instance.exited_at - expected_exit
+    finally:
+        instance.kill()
+
+
+def cleanup_in_process(tasks: int = 10, seconds: float = 1.0) -> float:
+    """Seconds one Lifecycle's cleanup phase takes for ``tasks`` tasks of ``seconds`` each."""
+    lifecycle = Lifecycle(Config(shutdown_delay=0, drain_timeout=1, hook_timeout=seconds + 1, grace_period=30))
+    for index in range(tasks):
+        lifecycle.cleanup_task(f"sleep-{index}")(lambda: time.sleep(seconds))
+    started = time.monotonic()
+    report = lifecycle.drain_and_clean_up()
+    elapsed = time.monotonic() - started
+    if not report.ok:
+        raise RuntimeError(f"cleanup failed: {report.summary()}")
+    return elapsed
+
+
+def cleanup_under_gunicorn(processes: Processes, worker_class: str, tasks: int = 10, seconds: float = 1.0) -> float:
+    """SIGTERM to exit of a Gunicorn with no delay whose workers run ``tasks`` cleanup tasks."""
+    instance = _instance(processes, worker_class, GRACEFUL_SHUTDOWN_DELAY="0", LOAD_APP_CLEANUP=f"{tasks}:{seconds:g}")
+    try:
+        sigterm_at = instance.terminate()
+        returncode = instance.wait_exit(timeout=30)
+        if returncode != 0:
+            raise RuntimeError(f"exit {returncode}\n{instance.log()}")
+        assert instance.exited_at is not None
+        return instance.exited_at - sigterm_at
+    finally:
+        instance.kill()
+
+
+def second_signal_once(processes: Processes, worker_class: str) -> float:
+    """Seconds from a second SIGTERM (0.5 s into a 5 s delay) to the master's exit."""
+    instance = _instance(processes, worker_class, GRACEFUL_SHUTDOWN_DELAY="5")
+    try:
+        instance.terminate()
+        time.sleep(0.5)
+        second_at = instance.terminate()
+        returncode = instance.wait_exit(timeout=30)
+        if returncode != 1:
+            raise RuntimeError(f"second signal: exit {returncode}, expected 1\n{instance.log()}")
+        assert instance.exited_at is not None
+        return instance.exited_at - second_at
+    finally:
+        instance.kill()
+
+
+def trials(measure: Callable[[], float], count: int) -> list[float]:
+    """``count`` measurements, in order."""
+    return [measure() for _ in range(count)]
+
+
+def measure_all(processes: Processes, worker_class: str, count: int) -> dict[str, list[float]]:
+    """Every figure of this module: name -> seconds per trial."""
+    return {
+        "overhead": trials(lambda: overhead_once(processes, worker_class), count),
+        "cleanup in process": trials(cleanup_in_process, count),
+        "cleanup under gunicorn": trials(lambda: cleanup_under_gunicorn(processes, worker_class), max(1, count // 2)),
+        "second signal": trials(lambda: second_signal_once(processes, worker_class), count),
+    }
+
+
+def describe(values: list[float]) -> str:
+    """``median X ms, worst Y ms (n=N)``."""
+    return f"median {statistics.median(values) * 1000:7.1f} ms   worst {max(values) * 1000:7.1f} ms   (n={len(values)})"
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Measure and print one line per figure."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--trials", type=int, default=5, help="trials per figure (median and worst are shown)")
+    parser.add_argument("--worker-class", choices=("sync", "gthread"), default="gthread")
+    args = parser.parse_args(argv)
+    processes = Processes()
+    try:
+        figures = measure_all(processes, args.worker_class, args.trials)
+    finally:
+        processes.cleanup()
+    for name, values in figures.items():
+        print(f"{name:<24} {describe(values)}")
+
+
+if __name__ == "__main__":
+    main()

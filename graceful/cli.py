@@ -1,0 +1,171 @@
+"""The ``graceful`` command: ``graceful serve module:app`` and ``graceful check``.
+
+    graceful serve myapp:app --bind 0.0.0.0:8000 --threads 8
+    python -m graceful serve myapp:create_app() --keep-alive 0
+    graceful check deployment.yaml
+
+``serve`` runs the single-process server (graceful.server) with its whole
+shutdown timeline; settings come from ``GRACEFUL_*`` environment variables
+(graceful.config). ``check`` is ``graceful.check``'s own command line.
+
+Exit status of ``serve``: 0 after a graceful shutdown; 1 on a second signal,
+a failed server loop or an overrun grace period (or when the address is in
+use); 2 for a usage error, a bad ``GRACEFUL_*`` value, a budget that cannot
+fit the grace period, or an app that cannot be found (one line on standard
+error, no traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import os
+import sys
+from collections.abc import Sequence
+
+from graceful import __version__
+from graceful.config import ConfigError
+
+__all__ = ["main", "parse_bind"]
+
+_LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def parse_bind(text: str) -> tuple[str, int]:
+    """Split ``HOST:PORT`` (``[::1]:8000`` for IPv6; ``:8000`` means 127.0.0.1) into host and port.
+
+    Raises ``argparse.ArgumentTypeError`` for anything else.
+    """
+    host, sep, port_text = text.rpartition(":")
+    if not sep or not port_text.isdigit() or int(port_text) > 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT (such as 127.0.0.1:8000 or [::1]:8000)")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        raise argparse.ArgumentTypeError(f"{text!r}: write an IPv6 address in brackets, as in [::1]:8000")
+    return host or "127.0.0.1", int(port_text)
+
+
+def _threads(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1")
+    return int(text)
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number of seconds >= 0")
+    return value
+
+
+def _parser() -> argparse.ArgumentParser:
+    from graceful.server import DEFAULT_KEEP_ALIVE, DEFAULT_THREADS
+
+    parser = argparse.ArgumentParser(
+        prog="graceful",
+        description="Kubernetes-grade graceful shutdown for threaded WSGI servers.",
+        epilog="Shutdown settings come from GRACEFUL_* environment variables (see the README).",
+    )
+    parser.add_argument("--version", action="version", version=f"graceful {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    serve = commands.add_parser(
+        "serve",
+        help="serve a WSGI app in one process, with graceful shutdown",
+        description="Serve a WSGI app with Werkzeug's request handling on a bounded thread pool; SIGTERM or"
+        " SIGINT runs the graceful shutdown (a second one exits 1 at once).",
+    )
+    serve.add_argument("app", metavar="MODULE:APP", help="the WSGI app, as module:attr or module:factory()")
+    serve.add_argument(
+        "-b",
+        "--bind",
+        type=parse_bind,
+        default=("127.0.0.1", 8000),
+        metavar="HOST:PORT",
+        help="address to listen on; port 0 picks a free one (default: 127.0.0.1:8000)",
+    )
+    serve.add_argument(
+        "-t",
+        "--threads",
+        type=_threads,
+        default=DEFAULT_THREADS,
+        help=f"request threads (default: {DEFAULT_THREADS})",
+    )
+    serve.add_argument(
+        "--keep-alive",
+        type=_seconds,
+        default=DEFAULT_KEEP_ALIVE,
+        metavar="SECONDS",
+        help=f"seconds an idle HTTP/1.1 connection stays open; 0: no keep-alive (default: {DEFAULT_KEEP_ALIVE:g})",
+    )
+    serve.add_argument("--no-access-log", dest="access_log", action="store_false", help="do not log each request")
+    serve.add_argument("--log-level", choices=_LOG_LEVELS, default="info", help="log level (default: info)")
+
+    commands.add_parser(
+        "check",
+        add_help=False,
+        help="check Kubernetes manifests for settings that lose requests (graceful check --help)",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``graceful`` command with ``argv`` (default ``sys.argv[1:]``); return the exit status.
+
+    ``serve`` does not return after serving: it ends the process with
+    ``lifecycle.exit(status)`` (hung hook threads are not waited for).
+    """
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list[:1] == ["check"]:
+        from graceful import check  # its dependencies are not needed to serve
+
+        return check.main(args_list[1:])
+    parser = _parser()
+    try:
+        args = parser.parse_args(args_list)
+    except SystemExit as exc:  # --help, --version and usage errors: return the status instead
+        return 0 if exc.code is None else exc.code if isinstance(exc.code, int) else 2
+    return _serve(args)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    """``graceful serve``: import the app, check the settings, serve, exit."""
+    from graceful.server import AppImportError, load_app, serve, wrap_app
+
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s [%(process)d] %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    # Like Gunicorn: the working directory is importable, also from the console script.
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        # The app module may build a graceful.flask.Graceful: that reads GRACEFUL_* values.
+        app = load_app(args.app)
+        app, lifecycle = wrap_app(app)
+        lifecycle.check_budget()  # reads the config and checks it fits GRACEFUL_GRACE_PERIOD
+    except (AppImportError, ConfigError) as exc:
+        return _error(str(exc))
+    host, port = args.bind
+    status = serve(
+        app,
+        host,
+        port,
+        threads=args.threads,
+        lifecycle=lifecycle,
+        keep_alive=args.keep_alive,
+        access_log=args.access_log,
+    )
+    lifecycle.exit(status)
+
+
+def _error(message: str) -> int:
+    """Print a one-line error for ``graceful serve`` and return its status, 2."""
+    print(f"graceful serve: error: {message}", file=sys.stderr)
+    return 2

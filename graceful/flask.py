@@ -1,0 +1,148 @@
+"""Flask extension: graceful termination for a Flask app in two lines.
+
+    from graceful.flask import Graceful
+    Graceful(app)
+
+or, with an app factory::
+
+    graceful = Graceful()
+
+    def create_app():
+        app = Flask(__name__)
+        graceful.init_app(app)
+        return app
+
+``init_app`` wraps ``app.wsgi_app`` in :class:`graceful.middleware.GracefulMiddleware`
+(``/livez``, ``/readyz``, ``/healthz``, admission, the in-flight count),
+configures the lifecycle from ``GRACEFUL_*`` settings and stores the extension
+in ``app.extensions["graceful"]``. The extension keeps no reference to any app.
+
+Which lifecycle drives it, in one rule:
+
+* ``Graceful(app, lifecycle=...)`` uses the lifecycle given;
+* otherwise the **first** ``Graceful`` built in a process uses
+  ``graceful.default_lifecycle``, the one the Gunicorn integration
+  (``gunicorn -c python:graceful.conf app:app``) and ``python -m graceful
+  serve`` drive in every serving process, so a single app needs nothing more;
+* every later ``Graceful`` gets a fresh :class:`graceful.Lifecycle`, so two
+  apps in one process share no checks, counts or shutdown state. Pass
+  ``lifecycle=graceful.default_lifecycle`` to one of them to have the server
+  drive it instead.
+
+Settings, highest precedence first (as :mod:`graceful.config` documents):
+keyword arguments of ``Graceful``, ``GRACEFUL_*`` environment variables,
+``GRACEFUL_*`` keys of ``app.config``, the defaults. A bad value raises
+:class:`graceful.ConfigError` from ``init_app``, at start-up. One extension
+has one lifecycle: ``init_app`` on several apps shares it among them, and the
+last app's settings are in force.
+
+The decorators register on the extension's lifecycle and return the function
+unchanged::
+
+    @graceful.readiness_check("db")
+    def db_ready():
+        return pool.ping()
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from flask import Flask
+
+from graceful import _default
+from graceful.config import Config
+from graceful.health import DEFAULT_CHECK_TIMEOUT
+from graceful.lifecycle import Lifecycle
+from graceful.middleware import GracefulMiddleware, LongRunning
+
+__all__ = ["EXTENSION_KEY", "Graceful"]
+
+F = TypeVar("F", bound=Callable[[], object])
+
+#: Where ``init_app`` stores the extension: ``app.extensions["graceful"]``.
+EXTENSION_KEY = "graceful"
+
+# The one-shot claim on graceful.default_lifecycle: the first Graceful without
+# ``lifecycle=`` in a process draws 0 and takes it, every later one builds its own.
+_default_claims = itertools.count()
+
+
+class Graceful:
+    """Graceful termination for Flask apps: health endpoints, drain, hooks and checks.
+
+    ``Graceful(app)`` or ``Graceful()`` then :meth:`init_app`. ``lifecycle``
+    (see the module docstring for the default), ``long_running``,
+    ``check_timeout`` and ``check_cache_ttl`` go to the middleware;
+    ``settings`` are :class:`graceful.Config` fields (``shutdown_delay=10``)
+    and beat the environment and ``app.config``. Raises ``TypeError`` for an
+    unknown setting (at ``init_app``).
+    """
+
+    def __init__(
+        self,
+        app: Flask | None = None,
+        *,
+        lifecycle: Lifecycle | None = None,
+        long_running: LongRunning | None = None,
+        check_timeout: float = DEFAULT_CHECK_TIMEOUT,
+        check_cache_ttl: float = 0.0,
+        **settings: Any,
+    ) -> None:
+        if lifecycle is None:
+            lifecycle = _default.default_lifecycle if next(_default_claims) == 0 else Lifecycle()
+        self.lifecycle = lifecycle
+        self._middleware_options: dict[str, Any] = {
+            "long_running": long_running,
+            "check_timeout": check_timeout,
+            "check_cache_ttl": check_cache_ttl,
+        }
+        self._settings = settings
+        if app is not None:
+            self.init_app(app)
+
+    def __repr__(self) -> str:
+        return f"<Graceful lifecycle={self.lifecycle!r}>"
+
+    def init_app(self, app: Flask) -> None:
+        """Configure the lifecycle from ``app.config`` and wrap ``app.wsgi_app``; once per app.
+
+        Raises :class:`graceful.ConfigError` for a bad ``GRACEFUL_*`` value,
+        ``RuntimeError`` if the app already has a ``Graceful`` or the
+        lifecycle's shutdown has begun.
+        """
+        if EXTENSION_KEY in app.extensions:
+            raise RuntimeError(f"{app.name!r} already has a Graceful extension (app.extensions[{EXTENSION_KEY!r}])")
+        self.lifecycle.configure(Config.load(mapping=app.config, **self._settings))
+        app.wsgi_app = GracefulMiddleware(  # type: ignore[method-assign]
+            app.wsgi_app, self.lifecycle, **self._middleware_options
+        )
+        app.extensions[EXTENSION_KEY] = self
+
+    # -- registration, on this extension's lifecycle ------------------------------
+
+    def pre_shutdown_hook(self, name: str, timeout: float | None = None) -> Callable[[F], F]:
+        """Register a server-scope hook run once at ShutdownInitiated (see ``Lifecycle.pre_shutdown_hook``).
+
+        Under Gunicorn these run in the master: register them where the master
+        sees them (the Gunicorn config, or the app module with ``preload_app``).
+        """
+        return self.lifecycle.pre_shutdown_hook(name, timeout)
+
+    def cleanup_task(self, name: str, timeout: float | None = None) -> Callable[[F], F]:
+        """Register a process-scope task run after the drain, before each serving process exits."""
+        return self.lifecycle.cleanup_task(name, timeout)
+
+    def post_start_hook(self, name: str) -> Callable[[F], F]:
+        """Register a hook run once the listener is bound; ``/readyz`` fails until it returns."""
+        return self.lifecycle.post_start_hook(name)
+
+    def readiness_check(self, name: str) -> Callable[[F], F]:
+        """Register a ``/readyz`` and ``/healthz`` check: it passes unless it returns False or raises."""
+        return self.lifecycle.readiness_check(name)
+
+    def liveness_check(self, name: str) -> Callable[[F], F]:
+        """Register a ``/livez`` and ``/healthz`` check: it passes unless it returns False or raises."""
+        return self.lifecycle.liveness_check(name)

@@ -1,0 +1,196 @@
+"""The Gunicorn master's part of the timeline: from the first SIGTERM to Gunicorn's own stop.
+
+Runs in the master (arbiter) process. Gunicorn's main loop dispatches signals
+by name, so ``server.handle_term`` set on the arbiter replaces its SIGTERM
+handling (:meth:`MasterShutdown.handle_term`, on the master's main thread):
+
+* first TERM: broadcast ShutdownInitiated to every worker (their ``/readyz``
+  fails, responses get ``Connection: close``), tell systemd ``STOPPING=1``,
+  and start the ``graceful-shutdown`` thread, which runs the delay and the
+  pre-shutdown hooks, then closes the listeners once their accept queues are
+  empty (default mode) or keeps them open until every worker reports it has
+  drained (send_retry_after mode). It then hands over: it queues one more TERM
+  into Gunicorn's signal queue, which wakes the main loop at once;
+* that TERM: Gunicorn's own graceful ``stop()`` proceeds (workers get TERM,
+  drain and run their cleanup tasks in ``worker_exit``), and a trap is armed so
+  that any further TERM exits 1 at once;
+* a second TERM before the hand-over: exit 1 at once.
+
+SIGINT and SIGQUIT keep Gunicorn's quick stop; HUP, TTIN, TTOU, USR1, USR2
+keep their meaning and never start the timeline.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import signal
+import threading
+import time
+from types import FrameType
+from typing import Any
+
+from gunicorn import systemd
+
+from graceful.exit import exit_process
+from graceful.lifecycle import Lifecycle
+from graceful.listeners import close_after_queue_drains
+from graceful.shared import SharedState
+from graceful.trap import SignalTrap
+
+__all__ = ["MasterShutdown"]
+
+logger = logging.getLogger(__name__)
+
+#: Upper bound (s) on waiting for the master's accept queues to empty.
+QUEUE_DRAIN_TIMEOUT = 5.0
+
+
+class _Phase(enum.Enum):
+    SERVING = "serving"
+    SHUTTING_DOWN = "shutting down"
+    HANDED_OVER = "handed over"
+
+
+class MasterShutdown:
+    """One Gunicorn master's shutdown; kept on the arbiter as ``server.graceful``.
+
+    Created in ``on_starting`` (main thread, before the first fork) and so
+    never re-created on HUP, even when the config file is re-executed.
+    """
+
+    def __init__(self, server: Any, lifecycle: Lifecycle) -> None:
+        self.server = server
+        self.lifecycle = lifecycle
+        self.shared = SharedState()
+        self.phase = _Phase.SERVING
+        self._trap: SignalTrap | None = None
+        self._gunicorn_handlers: dict[int, Any] = {}
+        self._quick = False
+        lifecycle.adapter = self
+        lifecycle.subscribe(self.on_signal)
+
+    # -- main thread ------------------------------------------------------------
+
+    def install(self) -> None:
+        """Take over SIGTERM (``when_ready``, main thread).
+
+        ``server.handle_term`` replaces what Gunicorn's loop does with a TERM;
+        our OS handler in front of Gunicorn's sends TERMs that arrive after the
+        hand-over (when Gunicorn's ``stop()`` would drop them) to a trap that
+        exits 1.
+        """
+        self.server.handle_term = self.handle_term
+        self._trap = SignalTrap(lambda _signum: None, signals=(), exit=self._exit_now).start(armed=True)
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
+            self._gunicorn_handlers[signum] = signal.getsignal(signum)
+            signal.signal(signum, self._os_handler)
+
+    def _os_handler(self, signum: int, frame: FrameType | None) -> None:
+        # Inside the OS signal handler: only read and set plain attributes, and queue.
+        handed_over = self.phase is _Phase.HANDED_OVER
+        if handed_over and signum == signal.SIGTERM and self._trap is not None:
+            self._trap.handle(signum, frame)
+            return
+        if handed_over:  # SIGINT or SIGQUIT while the workers drain: quick stop
+            self._quick = True
+        previous = self._gunicorn_handlers.get(signum)
+        if callable(previous):
+            previous(signum, frame)
+
+    def handle_term(self) -> None:
+        """Gunicorn's main loop calls this for SIGTERM, on the master's main thread."""
+        if self.phase is _Phase.SERVING:
+            self.phase = _Phase.SHUTTING_DOWN
+            logger.info("graceful: SIGTERM: shutting down gracefully (send it again to exit at once)")
+            systemd.sd_notify("STOPPING=1", self.server.log)
+            self.lifecycle.initiate_shutdown()
+            self._start_thread()
+        elif self.phase is _Phase.HANDED_OVER:
+            # Our own queued TERM: stop the workers, then let Gunicorn's stop() finish.
+            self._stop_workers()
+            raise StopIteration
+        else:
+            logger.warning("graceful: second SIGTERM: exiting with status 1 at once")
+            self._exit_now(1)
+
+    def _stop_workers(self) -> None:
+        """TERM the workers and reap them as they exit (main thread), within graceful_timeout.
+
+        Gunicorn's ``stop()`` would do the same, but looks only every 0.1 s and
+        sleeps once more after the last worker is gone; reaping here ends the
+        shutdown within a few ms of the last worker's exit. A SIGINT/SIGQUIT
+        meanwhile switches to the quick stop, as in Gunicorn.
+        """
+        server = self.server
+        deadline = time.monotonic() + server.cfg.graceful_timeout
+        server.kill_workers(signal.SIGTERM)
+        pause = threading.Event()
+        while server.WORKERS and time.monotonic() < deadline:
+            if self._quick:
+                server.kill_workers(signal.SIGQUIT)
+                return
+            server.reap_workers()
+            # No portable wait exists for "any of these children exited" alongside
+            # Gunicorn's own reaping, so look often: an exit is seen within 5 ms.
+            pause.wait(0.005)
+        if server.WORKERS:
+            logger.warning("graceful: %d worker(s) still running after graceful_timeout: killing", len(server.WORKERS))
+            server.kill_workers(signal.SIGKILL)
+
+    def _exit_now(self, code: int) -> None:
+        """Second signal: stop the workers the quick way and exit ``code`` without waiting."""
+        try:
+            self.server.kill_workers(signal.SIGQUIT)
+        finally:
+            exit_process(code)
+
+    def _start_thread(self) -> None:
+        threading.Thread(target=self._run, name="graceful-shutdown", daemon=True).start()
+
+    # -- graceful-shutdown thread -------------------------------------------------
+
+    def _run(self) -> None:
+        lifecycle = self.lifecycle
+        lifecycle.run_until_not_accepting()
+        if lifecycle.config.send_retry_after:
+            # Workers answer 429 meanwhile; each reports when its own requests are done.
+            drained = self.shared.drained.wait_all(lambda: set(self.server.WORKERS), lifecycle.config.drain_timeout)
+            if not drained:
+                logger.warning("graceful: not every worker drained within %gs", lifecycle.config.drain_timeout)
+            lifecycle.close_listeners()
+        self._hand_over()
+
+    def stop_listening(self) -> None:
+        """ServerAdapter: close the shared listeners once their accept queues are empty."""
+        close_after_queue_drains(self.server.LISTENERS, QUEUE_DRAIN_TIMEOUT)
+
+    def _hand_over(self) -> None:
+        """Queue a TERM into Gunicorn's signal queue: its main loop wakes and stops."""
+        self.phase = _Phase.HANDED_OVER
+        queue = self.server.SIG_QUEUE
+        if hasattr(queue, "put_nowait"):  # Gunicorn 24+: a SimpleQueue the loop blocks on
+            queue.put_nowait(signal.SIGTERM)
+        else:  # Gunicorn 22/23: a list plus a self-pipe
+            queue.append(signal.SIGTERM)
+            self.server.wakeup()
+
+    # -- any thread ---------------------------------------------------------------
+
+    def on_signal(self, name: str, _at: float) -> None:
+        """Lifecycle listener (the firing thread): broadcast to workers, tell systemd."""
+        if name == "ShutdownInitiated":
+            self.shared.shutdown_initiated.fire()
+        elif name == "NotAcceptingNewRequests":
+            self.shared.not_accepting.fire()
+        systemd.sd_notify(f"STATUS=graceful: {name}", self.server.log)
+
+    def finish(self) -> None:
+        """``on_exit`` (main thread): every worker has drained and cleaned up."""
+        if self.phase is _Phase.SERVING:
+            return
+        self.lifecycle.in_flight_requests_drained.fire()
+        self.lifecycle.cleanup_finished.fire()
+        if self.lifecycle.hung_hooks:
+            # Interpreter exit would join the hung hook's thread forever.
+            self.lifecycle.exit(0)

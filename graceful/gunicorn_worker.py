@@ -1,0 +1,123 @@
+"""Each Gunicorn worker's part of the timeline: readiness, admission, drain and cleanup.
+
+Runs in a worker process, forked from the master with a copy of
+``graceful.default_lifecycle``:
+
+* ``post_fork`` (worker main thread): fresh locks; pre-shutdown hooks belong
+  to the master, so registering one here fails with the fix in the message;
+* ``post_worker_init`` (worker main thread, app loaded): the budget is
+  checked with the app's own cleanup tasks, the app is wrapped in
+  :class:`GracefulMiddleware`, post-start hooks start, and the
+  ``graceful-watch`` thread waits for the master's broadcasts to fire the
+  worker's own ShutdownInitiated and NotAcceptingNewRequests;
+* ``pre_request`` (a request thread): ``Connection: close`` once shutdown began;
+* ``worker_exit`` (worker main thread, after Gunicorn stopped accepting, on
+  every exit: shutdown, HUP, TTOU, max_requests recycling): wait for the
+  in-flight requests (bounded by drain_timeout), run the cleanup tasks,
+  exit. It also runs in the master when Gunicorn finds a worker already
+  gone; that call is ignored.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from graceful.lifecycle import Lifecycle, NullAdapter, SignalListener
+from graceful.middleware import GracefulMiddleware
+from graceful.registry import PRE_SHUTDOWN_HOOK
+from graceful.shared import SharedState
+
+__all__ = ["WorkerShutdown"]
+
+logger = logging.getLogger(__name__)
+
+_IN_WORKER = (
+    "a Gunicorn worker: pre-shutdown hooks run once per server, in the master, so register them"
+    " in the Gunicorn config file (after `from graceful.conf import *`), or set preload_app = True"
+)
+
+
+class WorkerShutdown:
+    """One worker's shutdown; kept on the worker object as ``worker.graceful``."""
+
+    def __init__(self, worker: Any, lifecycle: Lifecycle, shared: SharedState, master_listener: SignalListener) -> None:
+        self.worker = worker
+        self.pid = os.getpid()
+        self.lifecycle = lifecycle
+        self.shared = shared
+        lifecycle.reinit_after_fork()
+        # The master's reaction to signals (broadcasts, systemd) came along in the fork copy.
+        lifecycle.unsubscribe(master_listener)
+        lifecycle.run_pre_shutdown_hooks = False
+        lifecycle.adapter = NullAdapter()
+        lifecycle.registry.close(PRE_SHUTDOWN_HOOK, _IN_WORKER)
+
+    def start(self, graceful_timeout: float) -> None:
+        """``post_worker_init``: check the budget, wrap the app, start hooks and the watch thread."""
+        lifecycle = self.lifecycle
+        lifecycle.check_budget()
+        needed = lifecycle.config.drain_timeout + lifecycle.longest_cleanup_timeout()
+        if needed > graceful_timeout:
+            raise RuntimeError(
+                f"graceful: Gunicorn's graceful_timeout {graceful_timeout:g}s is shorter than"
+                f" drain_timeout {lifecycle.config.drain_timeout:g}s + longest cleanup task"
+                f" {lifecycle.longest_cleanup_timeout():g}s = {needed:g}s: raise graceful_timeout or lower them"
+            )
+        self.worker.wsgi = GracefulMiddleware(self.worker.wsgi, lifecycle)
+        self._guard_accept()
+        lifecycle.run_post_start_hooks()
+        threading.Thread(target=self._watch, name="graceful-watch", daemon=True).start()
+
+    def _guard_accept(self) -> None:
+        """Make ``accept()`` on a listener the master shut down end the worker's loop, not crash it."""
+        original: Callable[..., Any] = self.worker.accept
+        worker = self.worker
+
+        def accept(*args: Any) -> Any:
+            try:
+                return original(*args)
+            except OSError as exc:
+                if exc.errno != errno.EINVAL:
+                    raise
+                # The master shut the listener down: this server stopped listening.
+                worker.alive = False
+                return None
+
+        worker.accept = accept
+
+    def _watch(self) -> None:
+        """Thread ``graceful-watch``: mirror the master's broadcasts into this worker's lifecycle."""
+        lifecycle = self.lifecycle
+        pending = [
+            (self.shared.shutdown_initiated, lifecycle.shutdown_initiated),
+            (self.shared.not_accepting, lifecycle.not_accepting_new_requests),
+        ]
+        while pending:
+            broadcast, local = pending[0]
+            if broadcast.is_fired(timeout=1.0):
+                local.fire()
+                pending.pop(0)
+        if lifecycle.config.send_retry_after:
+            # The master keeps the listeners open until every worker says it drained.
+            lifecycle.in_flight.wait(lifecycle.config.drain_timeout)
+            self.shared.drained.report(self.pid)
+
+    def before_request(self, req: Any) -> None:
+        """``pre_request`` (request thread): close the connection after this response once shutting down."""
+        if self.lifecycle.shutdown_initiated.is_set():
+            req.force_close()
+
+    def exit(self) -> None:
+        """``worker_exit`` (worker main thread): drain, clean up, and exit."""
+        if os.getpid() != self.pid:  # Gunicorn also calls worker_exit in the master
+            return
+        self.lifecycle.drain_and_clean_up()
+        if self.lifecycle.hung_hooks:
+            self.lifecycle.exit(0)
+        if not self.lifecycle.report.ok:
+            logger.warning("graceful: worker %d cleanup: %s", self.pid, self.lifecycle.report.summary())

@@ -1,0 +1,402 @@
+"""WSGI middleware: health endpoints, admission during shutdown, and the in-flight count.
+
+What happens to one request, in order::
+
+    /livez /readyz /healthz          answered here (graceful.health), GET and HEAD
+    /<endpoint>/<check>              only; never rejected, counted or delayed
+    NotAcceptingNewRequests and      429, Retry-After: config.retry_after
+      config.send_retry_after
+    long_running(environ) is true    straight to the app: not counted, no limit
+    max_in_flight slots all taken    429, Retry-After: 1
+    the drain has begun              503, Retry-After: 1 (the request raced
+      (in_flight.add() refused)        lifecycle.in_flight.wait)
+    otherwise                        the app; in flight until the response
+                                     iterable's close() (a stream counts until
+                                     it ends), admission slot held as long
+
+Before ``ShutdownInitiated`` and during the shutdown delay every request is
+served normally. The middleware never sets hop-by-hop headers (PEP 3333
+forbids them; ``Connection: close`` during shutdown is the server's job:
+Gunicorn's ``req.force_close()`` in ``pre_request``, the Werkzeug server's
+handler). Health paths are exact: ``/readyz/`` and ``/readyz/unknown`` are
+404s, ``/readyzz`` goes to the app. They are matched against ``PATH_INFO``,
+so an app mounted under a ``SCRIPT_NAME`` has them under that prefix.
+
+WSGI environ keys set on every request the app sees:
+
+``graceful.shutting_down``
+    ``threading.Event`` (``lifecycle.not_accepting_new_requests.event``), set
+    at ``NotAcceptingNewRequests``. Long-running handlers (streams, web
+    sockets, long polls) wait on it, or poll it, to end early.
+``graceful.lifecycle``
+    the :class:`graceful.Lifecycle` serving this request.
+
+Wrapped twice with one lifecycle (the Gunicorn worker integration wraps
+every app; a Flask app may carry its own ``Graceful``), a request is handled
+once, by the innermost middleware, whose options (``long_running``, check
+timeouts) are the app's own: an outer middleware that finds one of its
+lifecycle inside the app at construction (through ``wsgi_app`` and ``app``
+attributes, as Flask and Werkzeug's middlewares keep them) passes every
+request straight through. One it cannot find is noticed per request: the
+inner one then sees ``graceful.lifecycle`` already set and passes through.
+
+The response iterable: the app's own is wrapped in a small object whose
+``close()`` calls the app's ``close()`` exactly once and then ends the
+request's count, however often the server calls it. One exception keeps the
+server's ``sendfile`` fast path: when the app returns an instance of the
+server's ``environ["wsgi.file_wrapper"]`` class (Gunicorn's and wsgiref's
+are such classes), that very object is returned, with its ``close``
+attribute replaced by one that also ends the count; should the object refuse
+the attribute, it is wrapped like any other.
+
+Cost: one ``PATH_INFO`` lookup, two environ writes, an ``Event`` read, a
+lock-free wait-group ``add``/``done`` and one small object per request
+(``python bench/middleware.py`` measures it). Thread-safe; under Gunicorn
+every worker process wraps its own copy of the app and counts its own
+requests.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
+from graceful import _default
+from graceful.admission import AdmissionLimit
+from graceful.health import DEFAULT_CHECK_TIMEOUT, ENDPOINTS, HealthChecks, HealthResponse
+from graceful.lifecycle import Lifecycle
+from graceful.waitgroup import WaitGroupClosed
+
+if TYPE_CHECKING:
+    from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
+
+__all__ = ["LIFECYCLE_KEY", "SHUTTING_DOWN_KEY", "GracefulMiddleware", "LongRunning", "path_prefixes"]
+
+logger = logging.getLogger(__name__)
+
+#: environ key: the ``threading.Event`` set at NotAcceptingNewRequests.
+SHUTTING_DOWN_KEY = "graceful.shutting_down"
+#: environ key: the :class:`graceful.Lifecycle` serving the request.
+LIFECYCLE_KEY = "graceful.lifecycle"
+
+#: Tells whether a request is long-running (not counted in the drain, no admission limit).
+LongRunning = Callable[["WSGIEnvironment"], bool]
+
+_ROOT_PATHS = {f"/{endpoint}": endpoint for endpoint in ENDPOINTS}
+_CHECK_PREFIXES = tuple(f"/{endpoint}/" for endpoint in ENDPOINTS)
+_STATUS = {
+    200: "200 OK",
+    404: "404 Not Found",
+    405: "405 Method Not Allowed",
+    429: "429 Too Many Requests",
+    500: "500 Internal Server Error",
+    503: "503 Service Unavailable",
+}
+_SHUTTING_DOWN = b"The server is shutting down, please try again later.\n"
+_TOO_MANY = b"Too many requests, please try again later.\n"
+_NOT_ALLOWED = b"Method not allowed: health endpoints answer GET and HEAD.\n"
+
+
+def path_prefixes(*prefixes: str) -> LongRunning:
+    """Build a ``long_running`` predicate that matches requests under any of these paths.
+
+    Matching is by whole path segments on ``PATH_INFO``: ``path_prefixes("/stream")``
+    matches ``/stream`` and ``/stream/news`` but not ``/streams``. Raises
+    ``ValueError`` unless every prefix is a string starting with ``/``.
+    """
+    if not prefixes:
+        raise ValueError("path_prefixes() needs at least one prefix, such as '/stream'")
+    for prefix in prefixes:
+        if not isinstance(prefix, str) or not prefix.startswith("/"):
+            raise ValueError(f"a path prefix must be a string starting with '/', got {prefix!r}")
+    exact = frozenset(prefix.rstrip("/") for prefix in prefixes)
+    under = tuple(prefix.rstrip("/") + "/" for prefix in prefixes)
+
+    def long_running(environ: WSGIEnvironment) -> bool:
+        path = environ.get("PATH_INFO")
+        return isinstance(path, str) and (path in exact or path.startswith(under))
+
+    return long_running
+
+
+class _InFlightResponse(itertools.chain[bytes]):
+    """The app's response iterable; ``close()`` closes it once, then ends the request's count.
+
+    A one-iterable ``itertools.chain``, so iterating it runs no Python code;
+    built by :func:`_wrap` (``_InFlightResponse(it)``, then ``_iterable`` and ``_release``).
+    """
+
+    __slots__ = ("_iterable", "_release")
+    _iterable: Iterable[bytes]
+    _release: Callable[[], None] | None
+
+    def close(self) -> None:
+        """Call the app's ``close()`` (if any), then release; later calls do nothing."""
+        release = self._release
+        if release is None:
+            return
+        self._release = None
+        try:
+            close = getattr(self._iterable, "close", None)
+            if close is not None:
+                close()
+        finally:
+            release()
+
+
+class _InFlightList(list[bytes]):
+    """A list response, copied: iterated and measured (``len``) at C speed; ``close()`` releases once.
+
+    Servers may look at ``len()`` of a list (wsgiref sets ``Content-Length``
+    for a one-item list), and iterating a list needs no Python frame.
+    """
+
+    __slots__ = ("_release",)
+    _release: Callable[[], None] | None
+
+    def close(self) -> None:
+        """Release; later calls do nothing (a list has no ``close()`` of its own)."""
+        release = self._release
+        if release is None:
+            return
+        self._release = None
+        release()
+
+
+def _in_flight(result: Iterable[bytes], release: Callable[[], None], environ: WSGIEnvironment) -> Iterable[bytes]:
+    """Return the response the server gets: ``result`` with a ``close()`` that also releases."""
+    kind = type(result)
+    if kind is list:
+        listed = _InFlightList(result)
+        listed._release = release
+        return listed
+    if kind is environ.get("wsgi.file_wrapper"):
+        return _keep_file_wrapper(result, release)
+    return _wrap(result, release)
+
+
+def _wrap(result: Iterable[bytes], release: Callable[[], None]) -> _InFlightResponse:
+    response = _InFlightResponse(result)
+    response._iterable = result
+    response._release = release
+    return response
+
+
+class _CloseThenRelease:
+    """Replaces a ``wsgi.file_wrapper`` object's ``close``, so the server keeps using sendfile."""
+
+    __slots__ = ("_close", "_release")
+
+    def __init__(self, close: Callable[[], object] | None, release: Callable[[], None]) -> None:
+        self._close = close
+        self._release: Callable[[], None] | None = release
+
+    def __call__(self) -> None:
+        release = self._release
+        if release is None:
+            return
+        self._release = None
+        try:
+            if self._close is not None:
+                self._close()
+        finally:
+            release()
+
+
+class _ReleaseBoth:
+    """Ends the in-flight count, then frees the admission slot (``max_in_flight`` on)."""
+
+    __slots__ = ("_admission", "_done")
+
+    def __init__(self, done: Callable[[], None], admission: AdmissionLimit) -> None:
+        self._done = done
+        self._admission = admission
+
+    def __call__(self) -> None:
+        try:
+            self._done()
+        finally:
+            self._admission.release()
+
+
+class GracefulMiddleware:
+    """Wrap a WSGI app with graceful's health endpoints, admission and in-flight count.
+
+    ``lifecycle`` defaults to ``graceful.default_lifecycle`` (the one the
+    Gunicorn integration drives in each worker). ``long_running`` tells which
+    requests are not counted in the drain nor limited by ``max_in_flight``
+    (none by default; see :func:`path_prefixes`). ``check_timeout`` and
+    ``check_cache_ttl`` (seconds) bound and cache the health checks (see
+    :class:`graceful.health.HealthChecks`).
+
+    The lifecycle's config is read when a request needs it, never here, so a
+    config set after wrapping (``lifecycle.configure``) is the one in force.
+    Thread-safe. Exceptions from the app propagate (its count ended); the
+    middleware itself raises for no request, whatever its environ holds.
+    """
+
+    def __init__(
+        self,
+        app: WSGIApplication,
+        lifecycle: Lifecycle | None = None,
+        *,
+        long_running: LongRunning | None = None,
+        check_timeout: float = DEFAULT_CHECK_TIMEOUT,
+        check_cache_ttl: float = 0.0,
+    ) -> None:
+        self.app = app
+        self.lifecycle = lifecycle if lifecycle is not None else _default.default_lifecycle
+        self.long_running = long_running
+        self.health = HealthChecks(self.lifecycle, check_timeout=check_timeout, check_cache_ttl=check_cache_ttl)
+        #: A middleware of the same lifecycle inside ``app``; when set, this one passes everything through.
+        self.inner = _inner_middleware(app, self.lifecycle)
+        self._transparent = self.inner is not None
+        # Bound once: the hot path below reads only locals and these.
+        self._shutting_down = self.lifecycle.not_accepting_new_requests.event
+        self._not_accepting = self._shutting_down.is_set
+        self._add = self.lifecycle.in_flight.add
+        self._done = self.lifecycle.in_flight.done
+
+    def __repr__(self) -> str:
+        return f"<GracefulMiddleware app={self.app!r} lifecycle={self.lifecycle!r}>"
+
+    def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        lifecycle = self.lifecycle
+        # Another GracefulMiddleware of this lifecycle handles it: one inside, or one outside.
+        if self._transparent or (LIFECYCLE_KEY in environ and environ[LIFECYCLE_KEY] is lifecycle):
+            return self.app(environ, start_response)
+        environ[LIFECYCLE_KEY] = lifecycle
+        environ[SHUTTING_DOWN_KEY] = self._shutting_down
+        try:
+            path = environ["PATH_INFO"]
+            # Every health path has a "z", few others do: one quick test for the rest.
+            health = "z" in path and (path in _ROOT_PATHS or path.startswith(_CHECK_PREFIXES))
+        except (KeyError, TypeError):  # no PATH_INFO, or no string (the server's bug): no health path
+            health = False
+        if health:
+            return self._health(environ, start_response, path)
+        if self._not_accepting() and lifecycle.config.send_retry_after:
+            return _reply(environ, start_response, 429, _SHUTTING_DOWN, str(lifecycle.config.retry_after))
+        long_running = self.long_running
+        if long_running is not None and self._is_long_running(long_running, environ):
+            return self.app(environ, start_response)
+        admission = lifecycle.admission
+        if admission.limit:
+            return self._call_limited(environ, start_response, admission)
+        try:
+            self._add()
+        except WaitGroupClosed:
+            return _reply(environ, start_response, 503, _SHUTTING_DOWN, "1")
+        try:
+            result = self.app(environ, start_response)
+        except BaseException:
+            self._done()
+            raise
+        # _in_flight(result, self._done, environ), inlined: a call less per request.
+        kind = type(result)
+        if kind is list:
+            listed = _InFlightList(result)
+            listed._release = self._done
+            return listed
+        if kind is environ.get("wsgi.file_wrapper"):
+            return _keep_file_wrapper(result, self._done)
+        response = _InFlightResponse(result)
+        response._iterable = result
+        response._release = self._done
+        return response
+
+    def _call_limited(
+        self, environ: WSGIEnvironment, start_response: StartResponse, admission: AdmissionLimit
+    ) -> Iterable[bytes]:
+        """The counted path with ``max_in_flight`` on: a slot from admission to close()."""
+        if not admission.try_acquire():
+            return _reply(environ, start_response, 429, _TOO_MANY, "1")
+        try:
+            self._add()
+        except WaitGroupClosed:
+            admission.release()
+            return _reply(environ, start_response, 503, _SHUTTING_DOWN, "1")
+        release = _ReleaseBoth(self._done, admission)
+        try:
+            result = self.app(environ, start_response)
+        except BaseException:
+            release()
+            raise
+        return _in_flight(result, release, environ)
+
+    @staticmethod
+    def _is_long_running(long_running: LongRunning, environ: WSGIEnvironment) -> bool:
+        try:
+            return bool(long_running(environ))
+        except Exception:
+            logger.exception("graceful: the long_running predicate raised; counting the request as usual")
+            return False
+
+    def _health(self, environ: WSGIEnvironment, start_response: StartResponse, path: str) -> Iterable[bytes]:
+        """Answer a health path; anything unexpected becomes a logged 500, never an exception."""
+        try:
+            endpoint = _ROOT_PATHS.get(path)
+            check = None
+            if endpoint is None:
+                endpoint, _, check = path[1:].partition("/")
+            if environ.get("REQUEST_METHOD") not in ("GET", "HEAD"):
+                return _reply(environ, start_response, 405, _NOT_ALLOWED, allow="GET, HEAD")
+            query = environ.get("QUERY_STRING")
+            response = self.health.respond(endpoint, check, query if isinstance(query, str) else "")
+        except Exception:
+            logger.exception("graceful: health endpoint %r failed", path)
+            response = HealthResponse(500, "internal error\n")
+        body = response.body.encode("utf-8", "replace")
+        return _reply(environ, start_response, response.status, body)
+
+
+def _inner_middleware(app: object, lifecycle: Lifecycle) -> GracefulMiddleware | None:
+    """Find a GracefulMiddleware of ``lifecycle`` in ``app``: Flask's ``wsgi_app``, a middleware's ``app``."""
+    node: object = app
+    for _ in range(16):  # a chain of middlewares, not a cycle
+        if isinstance(node, GracefulMiddleware):
+            return node if node.lifecycle is lifecycle else None
+        try:
+            inside = getattr(node, "wsgi_app", None)
+            if inside is None:
+                inside = getattr(node, "app", None)
+        except RuntimeError:  # an unbound werkzeug LocalProxy: stop looking
+            return None
+        if inside is None:
+            return None
+        node = inside
+    return None
+
+
+def _keep_file_wrapper(result: Iterable[bytes], release: Callable[[], None]) -> Iterable[bytes]:
+    """Return the server's own file wrapper with a ``close`` that also releases (keeps sendfile)."""
+    try:
+        setattr(result, "close", _CloseThenRelease(getattr(result, "close", None), release))  # noqa: B010
+    except (AttributeError, TypeError):  # __slots__ or a read-only close
+        return _wrap(result, release)
+    return result
+
+
+def _reply(
+    environ: WSGIEnvironment,
+    start_response: StartResponse,
+    status: int,
+    body: bytes,
+    retry_after: str | None = None,
+    allow: str | None = None,
+) -> list[bytes]:
+    """Start a plain-text response of graceful's own; no body for HEAD."""
+    headers = [
+        ("Content-Type", "text/plain; charset=utf-8"),
+        ("Content-Length", str(len(body))),
+        ("X-Content-Type-Options", "nosniff"),
+        ("Cache-Control", "no-store"),
+    ]
+    if retry_after is not None:
+        headers.append(("Retry-After", retry_after))
+    if allow is not None:
+        headers.append(("Allow", allow))
+    start_response(_STATUS[status], headers)
+    return [] if environ.get("REQUEST_METHOD") == "HEAD" else [body]

@@ -1,0 +1,114 @@
+"""State shared between the Gunicorn master and its forked workers.
+
+Two facts flow from the master to every worker: ShutdownInitiated and
+NotAcceptingNewRequests. Each is a :class:`Broadcast`: a pipe whose write end
+only the master holds; firing closes it, and every worker waiting on the read
+end sees end-of-file at once. No polling, no shared memory to corrupt, and a
+worker forked after the fact sees it already fired.
+
+One fact flows back: a worker has drained (send_retry_after mode, where the
+master keeps the listeners open until every worker is done). Workers write
+their pid into the :class:`DrainReports` pipe.
+
+Fork safety: the master fires broadcasts from its shutdown thread while its
+main thread may be forking a worker. ``os.register_at_fork`` holds a lock
+across each fork and closes the inherited write ends in the child, so a child
+can never keep a broadcast from firing.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import struct
+import threading
+import time
+from collections.abc import Callable
+
+__all__ = ["Broadcast", "DrainReports", "SharedState"]
+
+_PID = struct.Struct("i")
+
+
+class Broadcast:
+    """A one-shot cross-process flag: fired by the parent, seen by every child."""
+
+    def __init__(self, name: str, fork_lock: threading.Lock) -> None:
+        self.name = name
+        self._read, self._write = os.pipe()
+        self._fork_lock = fork_lock
+        self._write_open = True
+
+    def fileno(self) -> int:
+        """The read end, readable (at EOF) once fired."""
+        return self._read
+
+    def fire(self) -> None:
+        """Fire (master only): close the write end; idempotent."""
+        with self._fork_lock:  # no fork may copy the write end while it closes
+            if self._write_open:
+                self._write_open = False
+                os.close(self._write)
+
+    def forget_write_end(self) -> None:
+        """In a forked child: close the inherited write end (called at fork)."""
+        if self._write_open:
+            self._write_open = False
+            os.close(self._write)
+
+    def is_fired(self, timeout: float = 0.0) -> bool:
+        """True once fired; waits up to ``timeout`` seconds."""
+        readable, _, _ = select.select([self._read], [], [], max(0.0, timeout))
+        return bool(readable)
+
+
+class DrainReports:
+    """Workers tell the master they have drained by writing their pid to a pipe."""
+
+    def __init__(self) -> None:
+        self._read, self._write = os.pipe()
+        self._reported: set[int] = set()
+
+    def report(self, pid: int) -> None:
+        """In a worker: say this process has drained (an atomic pipe write)."""
+        os.write(self._write, _PID.pack(pid))
+
+    def wait_all(self, live_pids: Callable[[], set[int]], timeout: float) -> bool:
+        """In the master: wait until every pid in ``live_pids()`` reported, up to ``timeout`` s.
+
+        ``live_pids`` is asked again as reports arrive and at least every
+        0.2 s: workers that die or are replaced change the set.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            if not (live_pids() - self._reported):
+                return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            readable, _, _ = select.select([self._read], [], [], min(remaining, 0.2))
+            if readable:
+                data = os.read(self._read, _PID.size * 256)
+                usable = len(data) - len(data) % _PID.size
+                self._reported.update(pid for (pid,) in _PID.iter_unpack(data[:usable]))
+
+
+class SharedState:
+    """Everything the master shares with its workers; create it before the first fork."""
+
+    def __init__(self) -> None:
+        self._fork_lock = threading.Lock()
+        self.shutdown_initiated = Broadcast("ShutdownInitiated", self._fork_lock)
+        self.not_accepting = Broadcast("NotAcceptingNewRequests", self._fork_lock)
+        self.drained = DrainReports()
+        os.register_at_fork(
+            before=self._fork_lock.acquire,
+            after_in_parent=self._fork_lock.release,
+            after_in_child=self._after_fork_in_child,
+        )
+
+    def _after_fork_in_child(self) -> None:
+        self._fork_lock = threading.Lock()
+        for broadcast in (self.shutdown_initiated, self.not_accepting):
+            broadcast._fork_lock = self._fork_lock
+            broadcast.forget_write_end()

@@ -1,0 +1,142 @@
+"""Tests for graceful.cli: argument parsing, `graceful check` delegation, and start-up errors of `graceful serve`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+
+import pytest
+
+from graceful import __version__, check
+from graceful.cli import main, parse_bind
+from tests.conftest import ROOT, Processes
+
+
+class TestParseBind:
+    def test_host_and_port(self) -> None:
+        """HOST:PORT splits into both parts."""
+        assert parse_bind("0.0.0.0:8000") == ("0.0.0.0", 8000)
+
+    def test_ipv6_in_brackets(self) -> None:
+        """An IPv6 host is written in brackets and returned without them."""
+        assert parse_bind("[::1]:9000") == ("::1", 9000)
+
+    def test_missing_host_means_loopback(self) -> None:
+        """:PORT binds 127.0.0.1."""
+        assert parse_bind(":8080") == ("127.0.0.1", 8080)
+
+    @pytest.mark.parametrize("text", ["8000", "host:", "host:http", "host:70000", "::1:80"])
+    def test_bad_values_are_refused(self, text: str) -> None:
+        """Anything but HOST:PORT with a port up to 65535 is a usage error naming the value."""
+        with pytest.raises(argparse.ArgumentTypeError, match=repr(text).replace("[", r"\[")):
+            parse_bind(text)
+
+
+class TestMain:
+    def test_version(self, capsys: pytest.CaptureFixture[str]) -> None:
+        """--version prints the version and succeeds."""
+        assert main(["--version"]) == 0
+        assert capsys.readouterr().out.strip() == f"graceful {__version__}"
+
+    def test_help_lists_both_commands(self, capsys: pytest.CaptureFixture[str]) -> None:
+        """--help succeeds and names serve and check."""
+        assert main(["--help"]) == 0
+        out = capsys.readouterr().out
+        assert "serve" in out and "check" in out
+
+    def test_serve_help_lists_its_options(self, capsys: pytest.CaptureFixture[str]) -> None:
+        """serve --help documents bind, threads and keep-alive."""
+        assert main(["serve", "--help"]) == 0
+        out = capsys.readouterr().out
+        assert "--bind" in out and "--threads" in out and "--keep-alive" in out
+
+    def test_no_command_is_a_usage_error(self, capsys: pytest.CaptureFixture[str]) -> None:
+        """Without a command the exit status is 2 with a usage message."""
+        assert main([]) == 2
+        assert "usage: graceful" in capsys.readouterr().err
+
+    @pytest.mark.parametrize(
+        ("argv", "message"),
+        [
+            (["serve", "app:app", "--threads", "0"], "'0' is not a whole number >= 1"),
+            (["serve", "app:app", "--keep-alive", "-1"], "'-1' is not a finite number of seconds >= 0"),
+            (["serve", "app:app", "--bind", "nowhere"], "'nowhere' is not HOST:PORT"),
+            (["serve"], "the following arguments are required: MODULE:APP"),
+        ],
+    )
+    def test_bad_serve_arguments(self, capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
+        """Bad serve arguments exit 2 with a message naming the value."""
+        assert main(argv) == 2
+        assert message in capsys.readouterr().err
+
+    def test_check_is_delegated(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """`graceful check ARGS` hands ARGS, options included, to graceful.check.main and returns its status."""
+        calls: list[list[str]] = []
+
+        def fake(argv: list[str]) -> int:
+            calls.append(argv)
+            return 7
+
+        monkeypatch.setattr(check, "main", fake)
+        assert main(["check", "--format", "json", "a.yaml"]) == 7
+        assert calls == [["--format", "json", "a.yaml"]]
+
+    def test_check_runs_for_real(self, capsys: pytest.CaptureFixture[str]) -> None:
+        """`graceful check` on a clean manifest exits 0."""
+        assert main(["check", str(ROOT / "tests" / "manifests" / "clean.yaml")]) == 0
+
+
+def run_serve(processes: Processes, *args: str, **env: str) -> tuple[int, str]:
+    """Run `python -m graceful serve ARGS` with only the given GRACEFUL_* variables; return status and output."""
+    base = {key: value for key, value in os.environ.items() if not key.startswith("GRACEFUL_")}
+    full_env = {**base, "PYTHONPATH": str(ROOT), **env}
+    proc = processes.start([sys.executable, "-m", "graceful", "serve", *args], env=full_env)
+    output, _ = proc.communicate(timeout=30)
+    return proc.returncode, output
+
+
+class TestServeStartUpErrors:
+    @pytest.mark.parametrize(
+        ("env", "named"),
+        [
+            ({"GRACEFUL_SHUTDOWN_DELAY": "soon"}, "GRACEFUL_SHUTDOWN_DELAY='soon'"),
+            ({"GRACEFUL_DRAIN_TIMEOUT": "-1"}, "GRACEFUL_DRAIN_TIMEOUT='-1'"),
+            ({"GRACEFUL_SEND_RETRY_AFTER": "maybe"}, "GRACEFUL_SEND_RETRY_AFTER='maybe'"),
+            ({"GRACEFUL_SHUTDOWN_DELAYY": "1"}, "GRACEFUL_SHUTDOWN_DELAYY is not a graceful setting"),
+            ({"GRACEFUL_GRACE_PERIOD": "5"}, "does not fit GRACEFUL_GRACE_PERIOD"),
+        ],
+    )
+    def test_bad_setting_exits_2_naming_it(self, processes: Processes, env: dict[str, str], named: str) -> None:
+        """A bad GRACEFUL_* value or budget exits 2 with one line naming the variable, no traceback."""
+        status, output = run_serve(processes, "examples.wsgi_app:app", "--bind", "127.0.0.1:0", **env)
+        assert status == 2
+        assert output.startswith("graceful serve: error: ") and named in output
+        assert output.count("\n") == 1 and "Traceback" not in output
+
+    def test_bad_setting_read_by_a_flask_app_exits_2(self, processes: Processes) -> None:
+        """A bad value met while the app module builds graceful.flask.Graceful also exits 2, one line."""
+        status, output = run_serve(processes, "examples.flask_app:app", GRACEFUL_HOOK_TIMEOUT="0")
+        assert status == 2 and "GRACEFUL_HOOK_TIMEOUT='0'" in output and "Traceback" not in output
+
+    @pytest.mark.parametrize(
+        ("spec", "message"),
+        [
+            ("no_such_module:app", "no module named 'no_such_module'"),
+            ("examples.wsgi_app:missing", "module 'examples.wsgi_app' has no attribute 'missing'"),
+        ],
+    )
+    def test_unknown_app_exits_2(self, processes: Processes, spec: str, message: str) -> None:
+        """An app that cannot be found exits 2 with one line saying what is missing."""
+        status, output = run_serve(processes, spec)
+        assert status == 2 and message in output and "Traceback" not in output
+
+    def test_address_in_use_exits_1(self, processes: Processes) -> None:
+        """A port another socket holds makes serve exit 1 with Werkzeug's message."""
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            port = taken.getsockname()[1]
+            status, output = run_serve(processes, "examples.wsgi_app:app", "--bind", f"127.0.0.1:{port}")
+        assert status == 1 and "in use" in output and "Traceback" not in output

@@ -1,0 +1,432 @@
+"""End-to-end tests of `gunicorn -c graceful/conf.py`: real Gunicorn, real signals, real HTTP."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.conftest import ROOT, Processes
+
+pytestmark = [pytest.mark.e2e, pytest.mark.gunicorn]
+
+LIVE = Path(__file__).resolve().parent / "live"
+GUNICORN = str(Path(sys.executable).with_name("gunicorn"))
+WORKERS = {"sync": ["-k", "sync", "-w", "2"], "gthread": ["-k", "gthread", "-w", "2", "--threads", "4"]}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Server:
+    """One Gunicorn master under test: its output collected line by line on a thread."""
+
+    def __init__(self, proc: subprocess.Popen[str], port: int) -> None:
+        self.proc = proc
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self.lines: list[str] = []
+        self._changed = threading.Condition()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            with self._changed:
+                self.lines.append(line.rstrip("\n"))
+                self._changed.notify_all()
+
+    def wait_for(self, pattern: str, timeout: float = 30.0, count: int = 1) -> list[str]:
+        """Wait until ``count`` output lines match ``pattern``; return them."""
+        deadline = time.monotonic() + timeout
+        regex = re.compile(pattern)
+        with self._changed:
+            while True:
+                found = [line for line in self.lines if regex.search(line)]
+                if len(found) >= count:
+                    return found
+                remaining = deadline - time.monotonic()
+                assert remaining > 0, f"{pattern!r} x{count} not seen in {timeout}s:\n" + "\n".join(self.lines)
+                self._changed.wait(min(remaining, 0.5))
+
+    def matching(self, pattern: str) -> list[str]:
+        regex = re.compile(pattern)
+        with self._changed:
+            return [line for line in self.lines if regex.search(line)]
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        """Poll /readyz (bounded) until it answers 200."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if requests.get(self.url + "/readyz", timeout=2).status_code == 200:
+                    return
+            except requests.ConnectionError:
+                pass
+            time.sleep(0.1)
+        raise AssertionError("never ready:\n" + "\n".join(self.lines))
+
+    def master_signals(self) -> list[str]:
+        """Lifecycle signal names the master logged, in order."""
+        pid = self.proc.pid
+        return [
+            m.group(1)
+            for line in self.matching(rf"\[{pid}\].*graceful: (\w+) \(")
+            if (m := re.search(r"graceful: (\w+) \(", line))
+        ]
+
+    def term(self) -> float:
+        """Send SIGTERM to the master only (as Kubernetes and KillMode=mixed do); return when."""
+        self.proc.send_signal(signal.SIGTERM)
+        return time.monotonic()
+
+    def exit_code(self, timeout: float = 60.0) -> int:
+        """Wait for the master to exit and for its (and its workers') last output line."""
+        code = self.proc.wait(timeout)
+        self._reader.join(10)
+        return code
+
+
+@pytest.fixture
+def gunicorn(processes: Processes) -> Iterator[object]:
+    """Start Gunicorn with graceful: gunicorn(worker_class, env=..., config=..., args=...)."""
+
+    def start(
+        worker: str = "sync",
+        env: dict[str, str] | None = None,
+        config: str = "graceful/conf.py",
+        args: tuple[str, ...] = (),
+        app: str = "tests.live.gunicorn_app:app",
+        ready: bool = True,
+        control_socket: bool = False,
+    ) -> Server:
+        port = free_port()
+        full_env = dict(
+            os.environ,
+            PYTHONPATH=str(ROOT),
+            PYTHONUNBUFFERED="1",
+            GRACEFUL_SHUTDOWN_DELAY="1.5",
+            GRACEFUL_DRAIN_TIMEOUT="10",
+            GRACEFUL_HOOK_TIMEOUT="2",
+            GRACEFUL_GRACE_PERIOD="30",
+        )
+        full_env.update(env or {})
+        argv = [GUNICORN, "-c", config, "-b", f"127.0.0.1:{port}", *WORKERS[worker], *args, app]
+        if _has_control_socket() and not control_socket:  # tests must not share ~/.gunicorn/gunicorn.ctl
+            argv[1:1] = ["--no-control-socket"]
+        server = Server(processes.start(argv, env=full_env), port)
+        if ready:
+            server.wait_ready()
+        return server
+
+    yield start
+
+
+def _has_control_socket() -> bool:
+    import gunicorn
+
+    major, minor = (int(x) for x in gunicorn.__version__.split(".")[:2])
+    return (major, minor) >= (25, 1)
+
+
+def get(server: Server, path: str, session: requests.Session | None = None) -> requests.Response:
+    return (session or requests).get(server.url + path, timeout=30)
+
+
+@pytest.mark.parametrize("worker", ["sync", "gthread"])
+class TestShutdownDelay:
+    def test_readyz_fails_while_livez_and_requests_succeed(self, gunicorn, worker: str) -> None:  # type: ignore[no-untyped-def]
+        """After SIGTERM /readyz is 503, /livez 200, and requests on new and reused connections succeed."""
+        server = gunicorn(worker)
+        session = requests.Session()
+        assert get(server, "/", session).status_code == 200
+        server.term()
+        server.wait_for(r"graceful: ShutdownInitiated")
+        time.sleep(0.3)  # let the workers see the broadcast (it is asynchronous by design)
+        ready = get(server, "/readyz?verbose")
+        assert ready.status_code == 503 and "[-]shutdown failed: reason withheld" in ready.text
+        assert get(server, "/livez").status_code == 200
+        reused = get(server, "/", session)
+        assert reused.status_code == 200 and reused.headers.get("Connection", "").lower() == "close"
+        fresh = get(server, "/")
+        assert fresh.status_code == 200 and fresh.headers.get("Connection", "").lower() == "close"
+        assert server.exit_code() == 0
+
+    def test_in_flight_requests_complete(self, gunicorn, worker: str) -> None:  # type: ignore[no-untyped-def]
+        """Slow and streaming requests in flight at SIGTERM complete with their full bodies."""
+        server = gunicorn(worker)
+        with ThreadPoolExecutor(4) as pool:
+            slow = [pool.submit(get, server, "/slow?ms=2500") for _ in range(2)]
+            stream = pool.submit(get, server, "/stream")
+            time.sleep(0.5)
+            server.term()
+            assert [f.result().content for f in slow] == [b"x" * 2500] * 2
+            assert stream.result().text == "".join(f"chunk{i}\n" for i in range(5))
+        assert server.exit_code() == 0
+
+    def test_connections_queued_at_stop_are_served_not_reset(self, gunicorn, worker: str) -> None:  # type: ignore[no-untyped-def]
+        """Requests waiting in the accept queue when the listeners close are all answered."""
+        server = gunicorn(worker, env={"GRACEFUL_SHUTDOWN_DELAY": "1"})
+        results: list[object] = []
+        with ThreadPoolExecutor(16) as pool:
+            server.term()
+            # Arrive just before NotAcceptingNewRequests, so they queue behind the busy workers.
+            time.sleep(0.6)
+            futures = [pool.submit(get, server, "/slow?ms=400") for _ in range(12)]
+            for future in futures:
+                try:
+                    results.append(future.result().status_code)
+                except requests.ConnectionError as exc:
+                    results.append(type(exc).__name__ + ": " + str(exc)[:80])
+        assert results == [200] * 12
+        assert server.exit_code() == 0
+
+    def test_listeners_refuse_after_the_stop(self, gunicorn, worker: str) -> None:  # type: ignore[no-untyped-def]
+        """Default mode: once NotAcceptingNewRequests fired, new connections are refused."""
+        server = gunicorn(worker)
+        with ThreadPoolExecutor(1) as pool:
+            slow = pool.submit(get, server, "/slow?ms=4000")
+            time.sleep(0.3)
+            server.term()
+            server.wait_for(r"graceful: HTTPServerStoppedListening")
+            with pytest.raises(requests.ConnectionError):
+                get(server, "/")
+            assert slow.result().status_code == 200
+        assert server.exit_code() == 0
+
+
+class TestTimeline:
+    def test_master_signal_order_and_hooks_once_in_master(self, gunicorn) -> None:  # type: ignore[no-untyped-def]
+        """Master timeline in order; the pre-shutdown hook runs once, in the master; cleanup in each worker."""
+        server = gunicorn("sync", config=str(LIVE / "gunicorn_conf.py"))
+        server.term()
+        assert server.exit_code() == 0
+        assert server.master_signals() == [
+            "ShutdownInitiated",
+            "PreShutdownHooksStopped",
+            "AfterShutdownDelayDuration",
+            "NotAcceptingNewRequests",
+            "HTTPServerStoppedListening",
+            "InFlightRequestsDrained",
+            "CleanupFinished",
+        ]
+        assert server.matching(r"pre-shutdown deregister") == [
+            f"pre-shutdown deregister pid={server.proc.pid} ppid={os.getpid()}"
+        ]
+        assert len(server.matching(r"^cleanup \d+$")) == 2, "\n".join(server.lines)
+
+    def test_retry_after_mode_answers_429_then_closes(self, gunicorn) -> None:  # type: ignore[no-untyped-def]
+        """send_retry_after: after the delay new requests get 429 + Retry-After; listeners close after the drain."""
+        server = gunicorn("gthread", env={"GRACEFUL_SEND_RETRY_AFTER": "true", "GRACEFUL_RETRY_AFTER": "7"})
+        session = requests.Session()
+        assert get(server, "/", session).status_code == 200
+        with ThreadPoolExecutor(1) as pool:
+            slow = pool.submit(get, server, "/slow?ms=4000")
+            time.sleep(0.3)
+            server.term()
+            server.wait_for(r"graceful: NotAcceptingNewRequests")
+            time.sleep(0.3)
+            refused = get(server, "/")
+            assert refused.status_code == 429 and refused.headers["Retry-After"] == "7"
+            assert refused.headers.get("Connection", "").lower() == "close"
+            assert slow.result().status_code == 200
+        assert server.exit_code() == 0
+        order = server.master_signals()
+        assert order.index("NotAcceptingNewRequests") < order.index("HTTPServerStoppedListening")
+
+    def test_second_sigterm_exits_one_at_once(self, gunicorn) -> None:  # type: ignore[no-untyped-def]
+        """A second SIGTERM during the delay exits 1 at once."""
+        server = gunicorn("sync", env={"GRACEFUL_SHUTDOWN_DELAY": "8", "GRACEFUL_GRACE_PERIOD": "40"})
+        server.term()
+        server.wait_for(r"graceful: ShutdownInitiated")
+        sent = server.term()
+        assert server.exit_code(10) == 1
+        assert time.monotonic() - sent < 5  # the delay alone would be 8 s
+
+    def test_hung_and_raising_hooks_are_bounded(self, gunicorn) -> None:  # type: ignore[no-untyped-def]
+        """A hung pre-shutdown hook times out and a raising one fails; neither stops the shutdown."""
+        env = {"GT_HUNG_HOOK": "1", "GT_RAISING_HOOK": "1"}
+        server = gunicorn("sync", env=env, config=str(LIVE / "gunicorn_conf.py"))
+        sent = server.term()
+        assert server.exit_code(30) == 0
+        assert time.monotonic() - sent < 20
+        assert server.matching(r"pre-shutdown hook 'hung' timed out after 1.000s")
+        assert server.matching(r"pre-shutdown hook 'raising' failed .*RuntimeError: registry unreachable")
+
+
+class TestNotAShutdown:
+    def test_hup_keeps_readiness_and_runs_no_server_hook(self, gunicorn) -> None:  # type: ignore[no-untyped-def]
+        """HUP re-executes the config (no duplicate error), replaced workers clean up, readiness stays."""
+        server = gunicorn("sync", config=str(LIVE / "gunicorn_conf.py"))
+        server.proc.send_signal(signal.SIGHUP)
+        server.wait_for(r"^cleanup \d+$", count=2)
+        server.wait_ready()
+        assert get(server, "/readyz").status_code == 200
+        assert server.matching(r"pre-shutdown deregister") == []
+        server.term()
+        assert server.exit_code() == 0
+        assert len(server.matching(r"pre-shutdown deregister")) == 1
+
+    def test_max_requests_recycling_cleans_up_without_readiness_flip(self, gunicorn) -> None:  # type: ignore[no-untyped-def]
+        """A worker recycled by max_requests runs its cleanup task; the server stays ready."""
+        server = gunicorn("sync", args=("--max-requests", "5"))
+        for _ in range(30):
+            assert get(server, "/").status_code == 200
+        server.wait_for(r"^cleanup \d+$")
+        assert get(server, "/readyz").status_code == 200
+        assert server.master_signals() == []
+        server.term()
+        assert server.exit_code() == 0
+
+
+class TestBadSetup:
+    def test_bad_variable_stops_gunicorn_naming_it(self, gunicorn) -> None:  # type: ignore[no-untyped-def]
+        """GRACEFUL_SHUTDOWN_DELAY=soon stops Gunicorn at start-up with a message naming it."""
+        server = gunicorn("sync", env={"GRACEFUL_SHUTDOWN_DELAY": "soon"}, ready=False)
+        assert server.exit_code(30) != 0
+        server.wait_for(r"GRACEFUL_SHUTDOWN_DELAY='soon' is not allowed: expected a finite number of seconds >= 0")
+
+    def test_graceful_timeout_too_short_is_refused(self, gunicorn) -> None:  # type: ignore[no-untyped-def]
+        """A user graceful_timeout shorter than drain + cleanup is an error naming both."""
+        server = gunicorn("sync", args=("--graceful-timeout", "3"), ready=False)
+        assert server.exit_code(30) != 0
+        server.wait_for(r"graceful_timeout 3s is shorter than drain_timeout 10s")
+
+    def test_pre_shutdown_hook_in_app_without_preload_fails_loudly(self, gunicorn) -> None:  # type: ignore[no-untyped-def]
+        """A pre-shutdown hook only workers would see fails at boot, with the fix in the message."""
+        server = gunicorn("sync", env={"GT_APP_PRE_SHUTDOWN_HOOK": "1"}, ready=False)
+        assert server.exit_code(30) != 0
+        server.wait_for(r"register them in the Gunicorn config file")
+
+    def test_pre_shutdown_hook_in_app_with_preload_runs_once(self, gunicorn) -> None:  # type: ignore[no-untyped-def]
+        """With preload_app the app's pre-shutdown hook is the master's and runs once."""
+        server = gunicorn("sync", env={"GT_APP_PRE_SHUTDOWN_HOOK": "1"}, args=("--preload",))
+        server.term()
+        assert server.exit_code() == 0
+        assert len(server.matching(r"in-app pre-shutdown hook ran")) == 1
+
+
+class TestListenerOptions:
+    def test_reuse_port_in_flight_requests_complete(self, gunicorn) -> None:  # type: ignore[no-untyped-def]
+        """With reuse_port (each worker binds its own socket) requests in flight at SIGTERM complete."""
+        server = gunicorn("gthread", args=("--reuse-port",))
+        with ThreadPoolExecutor(2) as pool:
+            slow = [pool.submit(get, server, "/slow?ms=2500") for _ in range(2)]
+            time.sleep(0.5)
+            server.term()
+            assert [f.result().status_code for f in slow] == [200, 200]
+        assert server.exit_code() == 0
+
+    @pytest.mark.skipif(not _has_control_socket(), reason="the control socket exists from Gunicorn 25.1")
+    def test_control_socket_on(self, gunicorn, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+        """With Gunicorn's control socket thread running in the master, the timeline still completes."""
+        server = gunicorn("sync", args=("--control-socket", str(tmp_path / "g.ctl")), control_socket=True)
+        server.term()
+        assert server.exit_code() == 0
+        assert server.master_signals()[-1] == "CleanupFinished"
+
+
+class TestEscalation:
+    def test_second_sigterm_during_the_drain_exits_one(self, gunicorn) -> None:  # type: ignore[no-untyped-def]
+        """After the hand-over to Gunicorn's stop(), which ignores signals, a second SIGTERM still exits 1."""
+        server = gunicorn("sync", env={"GRACEFUL_SHUTDOWN_DELAY": "0.5"})
+        with ThreadPoolExecutor(1) as pool:
+            slow = pool.submit(get, server, "/slow?ms=6000")
+            time.sleep(0.3)
+            server.term()
+            server.wait_for(r"Handling signal: term", count=2)  # ours, then the hand-over
+            sent = server.term()
+            assert server.exit_code(10) == 1
+            assert time.monotonic() - sent < 4  # the slow request alone holds the drain 6 s
+            try:
+                cut_short = slow.result().status_code != 200
+            except requests.RequestException:
+                cut_short = True
+            assert cut_short  # the workers were stopped the quick way, not drained
+
+    def test_worker_killed_during_the_drain(self, gunicorn) -> None:  # type: ignore[no-untyped-def]
+        """A worker SIGKILLed while draining does not stop the shutdown; the other worker's request completes."""
+        server = gunicorn("sync")  # one request per worker: the two requests are on different workers
+        with ThreadPoolExecutor(2) as pool:
+            slow = [pool.submit(get, server, "/slow?ms=3000") for _ in range(2)]
+            time.sleep(0.5)
+            server.term()
+            server.wait_for(r"graceful: HTTPServerStoppedListening")
+            workers = sorted(
+                {int(pid) for pid in re.findall(r"Booting worker with pid: (\d+)", "\n".join(server.lines))}
+            )
+            os.kill(workers[0], signal.SIGKILL)
+            outcomes = []
+            for future in slow:
+                try:
+                    outcomes.append(future.result().status_code)
+                except requests.RequestException:
+                    outcomes.append("lost with the killed worker")
+        assert 200 in outcomes
+        assert server.exit_code(30) == 0
+
+
+class TestSystemd:
+    def test_stopping_and_status_notifications(self, gunicorn, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+        """With NOTIFY_SOCKET set: READY=1 (Gunicorn), then STOPPING=1 and a STATUS line per phase."""
+        path = str(tmp_path / "notify.sock")
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        sock.bind(path)
+        sock.settimeout(0.5)
+        messages: list[str] = []
+        done = threading.Event()
+
+        def receive() -> None:
+            # Read as systemd does: a full datagram queue would block the sender.
+            while not done.is_set() and len(messages) < 100:
+                try:
+                    messages.append(sock.recv(4096).decode())
+                except TimeoutError:
+                    continue
+
+        reader = threading.Thread(target=receive)
+        reader.start()
+        try:
+            server = gunicorn("sync", env={"NOTIFY_SOCKET": path})
+            server.term()
+            assert server.exit_code() == 0
+        finally:
+            done.set()
+            reader.join(5)
+            sock.close()
+        assert messages[0].startswith("READY=1")
+        assert messages[1] == "STOPPING=1"
+        statuses = [m for m in messages if m.startswith("STATUS=graceful")]
+        # From the master only: one line per phase, none from the workers.
+        assert statuses == [
+            "STATUS=graceful: ShutdownInitiated",
+            "STATUS=graceful: PreShutdownHooksStopped",
+            "STATUS=graceful: AfterShutdownDelayDuration",
+            "STATUS=graceful: NotAcceptingNewRequests",
+            "STATUS=graceful: HTTPServerStoppedListening",
+            "STATUS=graceful: InFlightRequestsDrained",
+            "STATUS=graceful: CleanupFinished",
+        ]
+
+
+class TestWorkerBudget:
+    def test_app_cleanup_task_too_long_fails_at_boot(self, gunicorn) -> None:  # type: ignore[no-untyped-def]
+        """A cleanup task registered in the app with a timeout over the budget stops Gunicorn at boot."""
+        server = gunicorn("sync", env={"GT_LONG_CLEANUP": "1"}, ready=False)
+        assert server.exit_code(30) != 0
+        server.wait_for(r"longest cleanup task 25s")

@@ -1,0 +1,122 @@
+"""Zero lost requests, end to end: real Gunicorn, real HAProxy, real SIGTERM, under load.
+
+graceful (``gunicorn -c graceful/conf.py``) is asserted; plain Gunicorn runs
+the same harness in the same session and is reported, not asserted: the
+table both produce is printed at the end of the module (the README quotes it).
+The harness, the failure classes and the HAProxy configuration are in
+tests/e2e_harness.py; the app is tests/live/load_app.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Processes
+from tests.e2e_harness import (
+    DELAY_EDGE,
+    OTHER,
+    Run,
+    direct_sigterm,
+    find_haproxy,
+    rolling_restart,
+    table,
+)
+
+pytestmark = [pytest.mark.e2e, pytest.mark.gunicorn]
+
+WORKER_CLASSES = ["sync", "gthread"]
+
+
+@pytest.fixture(scope="module")
+def report(request: pytest.FixtureRequest) -> Iterator[list[Run]]:
+    """Collect every run of the module; print them side by side at its end."""
+    runs: list[Run] = []
+    yield runs
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    if reporter is None or capture is None or not runs:
+        return
+    with capture.global_and_fixture_disabled():  # shown without -s
+        reporter.write_line("")
+        reporter.write_sep("-", "zero loss: graceful vs plain Gunicorn (tests/test_zero_loss.py)")
+        for line in table(runs):
+            reporter.write_line(line)
+
+
+@pytest.fixture
+def haproxy_present() -> None:
+    """Fail (not skip) without HAProxy: CI installs it, and a skipped proof proves nothing."""
+    if find_haproxy() is None:
+        pytest.fail("haproxy not found: apt-get install haproxy (.ci/run and scripts/run-tests install it)")
+
+
+@pytest.mark.usefixtures("haproxy_present")
+class TestRollingRestartBehindHAProxy:
+    @pytest.mark.parametrize("worker_class", WORKER_CLASSES)
+    def test_no_client_sees_an_error(
+        self, processes: Processes, tmp_path: Path, report: list[Run], worker_class: str
+    ) -> None:
+        """Both instances restarted in turn behind HAProxy under load: no error, in-flight requests complete."""
+        run = rolling_restart(processes, tmp_path, worker_class, graceful=True)
+        report.append(run)
+
+        assert [t.returncode for t in run.terminations] == [0, 0], run.describe()
+        for term in run.terminations:
+            served_in_delay = [r for r in run.records if r.served_by == str(term.pid) and r.started >= term.sigterm_at]
+            assert served_in_delay, f"{term.name} served nothing after SIGTERM: the test did not test the delay"
+        in_flight = run.in_flight_at_sigterm()
+        assert in_flight, "no request was in flight at a SIGTERM"
+        assert all(r.ok for r in in_flight), run.describe(in_flight)
+        assert len(run.records) > 200
+        assert not run.failures, run.describe()
+
+
+class TestDirectSigterm:
+    @pytest.mark.parametrize("worker_class", WORKER_CLASSES)
+    def test_in_flight_and_delayed_requests_succeed(
+        self, processes: Processes, report: list[Run], worker_class: str
+    ) -> None:
+        """SIGTERM with clients but no load balancer: requests in flight or sent during the delay all succeed."""
+        run = direct_sigterm(processes, worker_class, graceful=True)
+        report.append(run)
+
+        assert run.terminations[0].returncode == 0, run.describe()
+        in_flight = run.in_flight_at_sigterm()
+        assert in_flight, "no request was in flight at SIGTERM"
+        assert all(r.ok for r in in_flight), run.describe(in_flight)
+        during = run.sent_during_delay(DELAY_EDGE)
+        assert len(during) > 20, "too few requests sent during the delay to tell"
+        assert all(r.ok for r in during), run.describe(during)
+        # The two long requests outlive the delay: the listeners close and the workers stop under them.
+        long = [r for r in run.records if r.client == -1]
+        assert len(long) == 2
+        assert all(r.ok for r in long), run.describe(long)
+        assert all(r.ended > run.terminations[0].sigterm_at + run.delay_window for r in long)
+
+
+@pytest.mark.usefixtures("haproxy_present")
+class TestPlainGunicornComparison:
+    @pytest.mark.parametrize("worker_class", WORKER_CLASSES)
+    def test_rolling_restart_is_measured(
+        self, processes: Processes, tmp_path: Path, report: list[Run], worker_class: str
+    ) -> None:
+        """Plain Gunicorn through the same rolling restart: measured and every failure classified, not judged."""
+        run = rolling_restart(processes, tmp_path, worker_class, graceful=False)
+        report.append(run)
+
+        assert len(run.records) > 200
+        assert len(run.terminations) == 2
+        assert run.by_class()[OTHER] == 0, run.describe()
+
+    @pytest.mark.parametrize("worker_class", WORKER_CLASSES)
+    def test_direct_sigterm_is_measured(self, processes: Processes, report: list[Run], worker_class: str) -> None:
+        """Plain Gunicorn through the same direct SIGTERM: measured and every failure classified, not judged."""
+        run = direct_sigterm(processes, worker_class, graceful=False)
+        report.append(run)
+
+        assert len(run.records) > 100
+        assert len(run.terminations) == 1
+        assert run.by_class()[OTHER] == 0, run.describe()
