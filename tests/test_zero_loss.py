@@ -25,7 +25,7 @@ from tests.e2e_harness import (
     table,
 )
 
-pytestmark = [pytest.mark.e2e, pytest.mark.gunicorn]
+pytestmark = [pytest.mark.e2e, pytest.mark.gunicorn, pytest.mark.load]
 
 WORKER_CLASSES = ["sync", "gthread"]
 
