@@ -5,9 +5,10 @@
 Each call does what a WSGI server does per request: a fresh environ (a copy),
 call the app, iterate the response, ``close()`` it. Bare and wrapped runs
 alternate, round by round, and each keeps its best round (timeit's advice:
-the minimum is the run least disturbed by the rest of the machine). Prints
-nanoseconds per request, the ratio and the nanoseconds added, for a plain WSGI
-function and a Flask hello-world app.
+the minimum is the run least disturbed by the rest of the machine); the
+median is printed too, as a check on a noisy machine. Prints nanoseconds per
+request, the ratio and the nanoseconds added, for a plain WSGI function and a
+Flask hello-world app.
 
 Targets (DESIGN.md): at most 1 us added on the plain app, Flask slowed <= 3%.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import statistics
 import sys
 import timeit
 from collections.abc import Callable, Iterable
@@ -75,23 +77,24 @@ def serve_once(app: WSGIApplication, environ: dict[str, Any]) -> None:
 
 
 def compare(name: str, bare: WSGIApplication, environ: dict[str, Any], rounds: int, number: int) -> None:
-    """Time ``bare`` and it wrapped, alternating, and print the best of each."""
+    """Time ``bare`` and it wrapped, alternating; print the best and the median round of each."""
     wrapped = GracefulMiddleware(bare, Lifecycle(Config()))
     timers = {
         "bare": timeit.Timer(lambda: serve_once(bare, environ)),
         "wrapped": timeit.Timer(lambda: serve_once(wrapped, environ)),
     }
-    best = {key: float("inf") for key in timers}
+    samples: dict[str, list[float]] = {key: [] for key in timers}
     for timer in timers.values():  # warm up
         timer.timeit(number // 10 or 1)
     for _ in range(rounds):
         for key, timer in timers.items():
-            best[key] = min(best[key], timer.timeit(number) / number * 1e9)
-    added = best["wrapped"] - best["bare"]
-    print(
-        f"{name:<8} bare {best['bare']:8.0f} ns   wrapped {best['wrapped']:8.0f} ns"
-        f"   ratio {best['wrapped'] / best['bare']:.3f}   added {added:+6.0f} ns"
-    )
+            samples[key].append(timer.timeit(number) / number * 1e9)
+    for label, pick in (("best", min), ("median", statistics.median)):
+        bare_ns, wrapped_ns = pick(samples["bare"]), pick(samples["wrapped"])
+        print(
+            f"{name:<6} {label:<6} bare {bare_ns:8.0f} ns   wrapped {wrapped_ns:8.0f} ns"
+            f"   ratio {wrapped_ns / bare_ns:.3f}   added {wrapped_ns - bare_ns:+6.0f} ns"
+        )
 
 
 def main(argv: list[str] | None = None) -> None:

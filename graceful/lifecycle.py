@@ -163,6 +163,7 @@ class Lifecycle:
         self._driver: threading.Thread | None = None
         self._tail_started = False
         self._listeners_closed = False
+        self._timeline_running = False
         self._pre_batch: HookBatch | None = None
         self._cleanup_batch: HookBatch | None = None
         self._post_start_batch: HookBatch | None = None
@@ -187,9 +188,13 @@ class Lifecycle:
         return self._config
 
     def configure(self, config: Config) -> None:
-        """Replace the config; only before shutdown has begun."""
-        if self.shutdown_initiated.is_set():
-            raise RuntimeError("cannot change the config after shutdown has begun")
+        """Replace the config; only before this process started running the timeline.
+
+        A Gunicorn worker forked during the shutdown delay (replacing one that
+        died) sees ShutdownInitiated already fired and may still configure.
+        """
+        if self._timeline_running:
+            raise RuntimeError("cannot change the config: this lifecycle's shutdown is running")
         self._config = config
         self._admission = None
 
@@ -257,8 +262,8 @@ class Lifecycle:
     def _announce(self, signal: LifecycleSignal) -> None:
         t0 = self.shutdown_initiated.fired_at
         assert signal.fired_at is not None
-        if t0 is None:  # a worker stopped by HUP, TTOU or recycling: no server shutdown
-            logger.info("graceful: %s (no server shutdown)", signal.name)
+        if t0 is None:  # HasBeenReady, or a worker stopped by HUP, TTOU or recycling
+            logger.info("graceful: %s", signal.name)
         else:
             logger.info("graceful: %s (%.3fs after ShutdownInitiated)", signal.name, signal.fired_at - t0)
         for listener in list(self._listeners):
@@ -296,6 +301,7 @@ class Lifecycle:
             signal.reinit_after_fork()
         # The parent's hook threads did not come along: the child starts with none.
         self._driver = None
+        self._timeline_running = self._tail_started = self._listeners_closed = False
         self._pre_batch = self._cleanup_batch = self._post_start_batch = None
         self.report = ShutdownReport()
 
@@ -322,6 +328,7 @@ class Lifecycle:
         Under Gunicorn the master runs this half; each worker runs
         :meth:`drain_and_clean_up` when it is stopped.
         """
+        self._timeline_running = True
         # Stop reporting ready; start the pre-shutdown hooks, alongside the delay.
         self.initiate_shutdown()
         # Keep serving while load balancers notice /readyz failing.
@@ -347,8 +354,6 @@ class Lifecycle:
                     self.clock,
                     on_all_done=self.pre_shutdown_hooks_stopped.fire,
                 )
-        self.registry.close(READINESS_CHECK, "shutdown has begun")
-        self.registry.close(LIVENESS_CHECK, "shutdown has begun")
         if not self.shutdown_initiated.fire():
             return
         self._pre_batch.start()
@@ -380,6 +385,7 @@ class Lifecycle:
         with self._lock:
             first = not self._tail_started
             self._tail_started = True
+            self._timeline_running = True
         if not first:
             self.cleanup_finished.wait(self.config.drain_timeout + self._longest(CLEANUP_TASK) + 1)
             return self.report

@@ -90,8 +90,12 @@ class Registry:
             return list(self._hooks[kind].values())
 
     def reinit_after_fork(self) -> None:
-        """Replace the lock in a forked child, where a parent thread may have held it."""
+        """In a forked child: a fresh lock (a parent thread may have held it) and no phase begun.
+
+        The parent's phases (its shutdown, say) have not begun in the child.
+        """
         self._lock = threading.Lock()
+        self._closed = {}
 
     def close(self, kind: str, phase: str) -> list[Hook]:
         """Refuse further registrations of ``kind`` (``phase`` says why) and return its hooks."""

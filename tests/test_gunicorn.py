@@ -321,6 +321,26 @@ class TestBadSetup:
         assert len(server.matching(r"in-app pre-shutdown hook ran")) == 1
 
 
+class TestConfigForms:
+    def test_python_module_form(self, gunicorn) -> None:  # type: ignore[no-untyped-def]
+        """-c python:graceful.conf works as the file path does: readiness flips and the timeline completes."""
+        server = gunicorn("gthread", config="python:graceful.conf")
+        server.term()
+        server.wait_for(r"graceful: ShutdownInitiated")
+        assert server.exit_code() == 0
+        assert server.master_signals()[-1] == "CleanupFinished"
+
+    def test_single_worker(self, gunicorn) -> None:  # type: ignore[no-untyped-def]
+        """With one sync worker, requests queued behind a slow one at the stop are all answered."""
+        server = gunicorn("sync", env={"GRACEFUL_SHUTDOWN_DELAY": "1"}, args=("-w", "1"))
+        with ThreadPoolExecutor(6) as pool:
+            server.term()
+            time.sleep(0.7)
+            futures = [pool.submit(get, server, "/slow?ms=300") for _ in range(6)]
+            assert [f.result().status_code for f in futures] == [200] * 6
+        assert server.exit_code() == 0
+
+
 class TestListenerOptions:
     def test_reuse_port_in_flight_requests_complete(self, gunicorn) -> None:  # type: ignore[no-untyped-def]
         """With reuse_port (each worker binds its own socket) requests in flight at SIGTERM complete."""
@@ -430,3 +450,20 @@ class TestWorkerBudget:
         server = gunicorn("sync", env={"GT_LONG_CLEANUP": "1"}, ready=False)
         assert server.exit_code(30) != 0
         server.wait_for(r"longest cleanup task 25s")
+
+
+class TestWorkerReplacedDuringDelay:
+    def test_replacement_worker_boots_and_serves_during_the_delay(self, gunicorn) -> None:  # type: ignore[no-untyped-def]
+        """A worker killed during the delay is replaced; the new one (Flask with Graceful) boots and fails /readyz."""
+        server = gunicorn("sync", env={"GRACEFUL_SHUTDOWN_DELAY": "4"}, app="examples.flask_app:app")
+        server.term()
+        server.wait_for(r"graceful: ShutdownInitiated")
+        first = sorted({int(pid) for pid in re.findall(r"Booting worker with pid: (\d+)", "\n".join(server.lines))})
+        os.kill(first[0], signal.SIGKILL)
+        server.wait_for(r"Booting worker with pid: ", count=3)
+        time.sleep(0.5)
+        for _ in range(4):  # whichever worker answers, it reports not ready and serves
+            assert get(server, "/readyz").status_code == 503
+            assert get(server, "/").status_code == 200
+        assert server.exit_code() == 0
+        assert server.matching(r"failed to boot|Exception in worker process") == []

@@ -68,3 +68,11 @@ class TestRegistry:
         """The decorator registers and returns the function unchanged."""
         r = Registry()
         assert r.decorator(CLEANUP_TASK, "x")(one) is one
+
+    def test_forked_child_starts_with_no_phase_begun(self) -> None:
+        """After reinit_after_fork (a Gunicorn worker forked mid-shutdown) registering works again."""
+        r = Registry()
+        r.close(CLEANUP_TASK, "cleanup has begun")
+        r.reinit_after_fork()
+        r.register(Hook(CLEANUP_TASK, "after-fork", one))
+        assert [h.name for h in r.hooks(CLEANUP_TASK)] == ["after-fork"]
