@@ -109,8 +109,14 @@ def when_ready(server: Any) -> None:
 
 
 def on_reload(server: Any) -> None:
-    """Master, main thread, on HUP (the config may have been re-executed): check settings again."""
-    _check_settings(server)
+    """Master, main thread, on HUP (the config may have been re-executed): check settings again.
+
+    A reload must not take down a running server: a problem is logged, not raised.
+    """
+    try:
+        _check_settings(server)
+    except RuntimeError as exc:
+        server.log.error("%s (after reload; the server keeps running)", exc)
 
 
 def post_fork(server: Any, worker: Any) -> None:
@@ -121,7 +127,7 @@ def post_fork(server: Any, worker: Any) -> None:
 
 def post_worker_init(worker: Any) -> None:
     """Worker, main thread, app loaded: wrap the app, start post-start hooks and the watch thread."""
-    worker.graceful.start(float(worker.cfg.graceful_timeout))
+    worker.graceful.start()
 
 
 def pre_request(worker: Any, req: Any) -> None:

@@ -36,6 +36,14 @@ keyword arguments of ``Graceful``, ``GRACEFUL_*`` environment variables,
 has one lifecycle: ``init_app`` on several apps shares it among them, and the
 last app's settings are in force.
 
+Under Gunicorn, put the settings in the environment: the master reads its
+own (the delay, retry-after mode, ``graceful_timeout``) from the environment
+when the config loads, before any app is imported, so ``app.config`` values
+would reach the workers only. The worker integration wraps the app once more
+with the same lifecycle; that outer middleware finds this one (through
+``app.wsgi_app``) and passes every request to it, so the options given here
+(``long_running``, check timeouts) are the ones in force.
+
 The decorators register on the extension's lifecycle and return the function
 unchanged::
 
@@ -56,7 +64,7 @@ from graceful import _default
 from graceful.config import Config
 from graceful.health import DEFAULT_CHECK_TIMEOUT
 from graceful.lifecycle import Lifecycle
-from graceful.middleware import GracefulMiddleware, LongRunning
+from graceful.middleware import GracefulMiddleware, LongRunning, find_middleware
 
 __all__ = ["EXTENSION_KEY", "Graceful"]
 
@@ -111,7 +119,7 @@ class Graceful:
 
         Raises :class:`graceful.ConfigError` for a bad ``GRACEFUL_*`` value,
         ``RuntimeError`` if the app already has a ``Graceful`` or the
-        lifecycle's shutdown has begun.
+        lifecycle's shutdown is running (see ``Lifecycle.configure``).
         """
         if EXTENSION_KEY in app.extensions:
             raise RuntimeError(f"{app.name!r} already has a Graceful extension (app.extensions[{EXTENSION_KEY!r}])")
@@ -120,6 +128,17 @@ class Graceful:
             app.wsgi_app, self.lifecycle, **self._middleware_options
         )
         app.extensions[EXTENSION_KEY] = self
+
+    def middleware(self, app: Flask) -> GracefulMiddleware:
+        """The :class:`GracefulMiddleware` that ``init_app`` installed in ``app``.
+
+        Raises ``LookupError`` when there is none to be found (see
+        :func:`graceful.middleware.find_middleware`).
+        """
+        found = find_middleware(app, self.lifecycle)
+        if found is None:
+            raise LookupError(f"{app.name!r} has no GracefulMiddleware in app.wsgi_app")
+        return found
 
     # -- registration, on this extension's lifecycle ------------------------------
 

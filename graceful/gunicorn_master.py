@@ -32,6 +32,7 @@ from typing import Any
 
 from gunicorn import systemd
 
+from graceful.config import BUDGET_MARGIN
 from graceful.exit import exit_process
 from graceful.lifecycle import Lifecycle
 from graceful.listeners import close_after_queue_drains
@@ -123,7 +124,7 @@ class MasterShutdown:
         meanwhile switches to the quick stop, as in Gunicorn.
         """
         server = self.server
-        deadline = time.monotonic() + server.cfg.graceful_timeout
+        deadline = time.monotonic() + self._remaining_budget(float(server.cfg.graceful_timeout))
         server.kill_workers(signal.SIGTERM)
         pause = threading.Event()
         while server.WORKERS and time.monotonic() < deadline:
@@ -139,9 +140,13 @@ class MasterShutdown:
             server.kill_workers(signal.SIGKILL)
 
     def _exit_now(self, code: int) -> None:
-        """Second signal: stop the workers the quick way and exit ``code`` without waiting."""
+        """Second signal (trap thread or main thread): kill the workers and exit ``code`` without waiting.
+
+        SIGKILL, not Gunicorn's SIGQUIT: a worker in the middle of its drain or
+        cleanup must not be left running (or stuck) after its master is gone.
+        """
         try:
-            self.server.kill_workers(signal.SIGQUIT)
+            self.server.kill_workers(signal.SIGKILL)
         finally:
             exit_process(code)
 
@@ -155,15 +160,45 @@ class MasterShutdown:
         lifecycle.run_until_not_accepting()
         if lifecycle.config.send_retry_after:
             # Workers answer 429 meanwhile; each reports when its own requests are done.
-            drained = self.shared.drained.wait_all(lambda: set(self.server.WORKERS), lifecycle.config.drain_timeout)
+            timeout = self._remaining_budget(lifecycle.config.drain_timeout)
+            drained = self.shared.drained.wait_all(lambda: set(self.server.WORKERS), timeout)
             if not drained:
                 logger.warning("graceful: not every worker drained within %gs", lifecycle.config.drain_timeout)
             lifecycle.close_listeners()
         self._hand_over()
 
     def stop_listening(self) -> None:
-        """ServerAdapter: close the shared listeners once their accept queues are empty."""
-        close_after_queue_drains(self.server.LISTENERS, QUEUE_DRAIN_TIMEOUT)
+        """ServerAdapter (graceful-shutdown thread): stop listening without resetting queued connections.
+
+        The master's listeners are shut down once their accept queues are
+        empty; that stops every worker sharing them at once. Sockets another
+        process also owns (a USR2 successor, systemd socket activation,
+        ``fd://``) are left alone: Gunicorn's stop() closes only our copies.
+        With reuse_port each worker closes its own listener and reports it.
+        """
+        server = self.server
+        budget = self._remaining_budget(QUEUE_DRAIN_TIMEOUT)
+        if server.cfg.reuse_port and not server.LISTENERS:
+            self.shared.close_listeners.fire()
+            if not self.shared.listeners_closed.wait_all(lambda: set(server.WORKERS), budget + 1):
+                logger.warning("graceful: not every worker closed its listener within %gs", budget + 1)
+            return
+        if self._listeners_shared_with_others():
+            return
+        close_after_queue_drains(server.LISTENERS, budget)
+
+    def _listeners_shared_with_others(self) -> bool:
+        server = self.server
+        inherited = any(str(address).startswith("fd://") for address in server.cfg.bind)
+        return bool(server.reexec_pid or server.master_pid or getattr(server, "systemd", False) or inherited)
+
+    def _remaining_budget(self, cap: float) -> float:
+        """Seconds left (at most ``cap``) before the grace period, less the margin, runs out."""
+        t0 = self.lifecycle.shutdown_initiated.fired_at
+        if t0 is None:
+            return cap
+        left = t0 + self.lifecycle.config.grace_period - BUDGET_MARGIN - time.monotonic()
+        return max(0.0, min(cap, left))
 
     def _hand_over(self) -> None:
         """Queue a TERM into Gunicorn's signal queue: its main loop wakes and stops."""

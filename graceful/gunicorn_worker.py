@@ -22,15 +22,23 @@ from __future__ import annotations
 
 import errno
 import logging
+import math
 import os
+import signal
 import threading
+import time
 from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 from graceful.lifecycle import Lifecycle, NullAdapter, SignalListener
+from graceful.listeners import close_after_queue_drains
 from graceful.middleware import GracefulMiddleware
 from graceful.registry import PRE_SHUTDOWN_HOOK
 from graceful.shared import SharedState
+
+#: Upper bound (s) on waiting for a worker's own accept queue to empty (reuse_port).
+QUEUE_DRAIN_TIMEOUT = 5.0
 
 __all__ = ["WorkerShutdown"]
 
@@ -56,27 +64,39 @@ class WorkerShutdown:
         lifecycle.run_pre_shutdown_hooks = False
         lifecycle.adapter = NullAdapter()
         lifecycle.registry.close(PRE_SHUTDOWN_HOOK, _IN_WORKER)
+        #: Monotonic time of this worker's SIGTERM, set by the signal handler.
+        self.term_at: float | None = None
+        # Gunicorn's own gthread drain waits graceful_timeout, as long as the
+        # master waits for the worker: bound it by drain_timeout (this worker's
+        # copy of the settings only) to leave time for the cleanup tasks.
+        self.graceful_timeout = float(worker.cfg.graceful_timeout)  # the master's wait
+        worker.cfg.set("graceful_timeout", max(1, math.ceil(lifecycle.config.drain_timeout)))
 
-    def start(self, graceful_timeout: float) -> None:
+    def start(self) -> None:
         """``post_worker_init``: check the budget, wrap the app, start hooks and the watch thread."""
         lifecycle = self.lifecycle
         lifecycle.check_budget()
         needed = lifecycle.config.drain_timeout + lifecycle.longest_cleanup_timeout()
-        if needed > graceful_timeout:
+        if needed > self.graceful_timeout:
             raise RuntimeError(
-                f"graceful: Gunicorn's graceful_timeout {graceful_timeout:g}s is shorter than"
+                f"graceful: Gunicorn's graceful_timeout {self.graceful_timeout:g}s is shorter than"
                 f" drain_timeout {lifecycle.config.drain_timeout:g}s + longest cleanup task"
                 f" {lifecycle.longest_cleanup_timeout():g}s = {needed:g}s: raise graceful_timeout or lower them"
             )
         self.worker.wsgi = GracefulMiddleware(self.worker.wsgi, lifecycle)
         self._guard_accept()
+        self._record_term()
         lifecycle.run_post_start_hooks()
         threading.Thread(target=self._watch, name="graceful-watch", daemon=True).start()
 
     def _guard_accept(self) -> None:
-        """Make ``accept()`` on a listener the master shut down end the worker's loop, not crash it."""
+        """Make ``accept()`` on a listener that was shut down idle briefly instead of crashing the worker.
+
+        The master's TERM follows within milliseconds. Exiting here instead
+        would let Gunicorn fork a replacement worker in between.
+        """
         original: Callable[..., Any] = self.worker.accept
-        worker = self.worker
+        pause = threading.Event()
 
         def accept(*args: Any) -> Any:
             try:
@@ -84,11 +104,25 @@ class WorkerShutdown:
             except OSError as exc:
                 if exc.errno != errno.EINVAL:
                     raise
-                # The master shut the listener down: this server stopped listening.
-                worker.alive = False
+                # The listener was shut down (this server stopped listening):
+                # don't spin on it while waiting for the TERM.
+                pause.wait(0.01)
                 return None
 
-        worker.accept = accept
+        self.worker.accept = accept
+
+    def _record_term(self) -> None:
+        """Note when this worker gets SIGTERM, so its drain ends within drain_timeout of it."""
+        gunicorn_handler = signal.getsignal(signal.SIGTERM)
+
+        def on_term(signum: int, frame: FrameType | None) -> None:
+            # Inside the OS signal handler: set a plain attribute, then Gunicorn's handler.
+            if self.term_at is None:
+                self.term_at = time.monotonic()
+            if callable(gunicorn_handler):
+                gunicorn_handler(signum, frame)
+
+        signal.signal(signal.SIGTERM, on_term)
 
     def _watch(self) -> None:
         """Thread ``graceful-watch``: mirror the master's broadcasts into this worker's lifecycle."""
@@ -106,6 +140,12 @@ class WorkerShutdown:
             # The master keeps the listeners open until every worker says it drained.
             lifecycle.in_flight.wait(lifecycle.config.drain_timeout)
             self.shared.drained.report(self.pid)
+        if self.worker.cfg.reuse_port:
+            # This worker bound its own listener: it closes it when the master says so.
+            while not self.shared.close_listeners.is_fired(timeout=1.0):
+                pass
+            close_after_queue_drains(self.worker.sockets, QUEUE_DRAIN_TIMEOUT)
+            self.shared.listeners_closed.report(self.pid)
 
     def before_request(self, req: Any) -> None:
         """``pre_request`` (request thread): close the connection after this response once shutting down."""
@@ -116,8 +156,13 @@ class WorkerShutdown:
         """``worker_exit`` (worker main thread): drain, clean up, and exit."""
         if os.getpid() != self.pid:  # Gunicorn also calls worker_exit in the master
             return
-        self.lifecycle.drain_and_clean_up()
-        if self.lifecycle.hung_hooks:
-            self.lifecycle.exit(0)
+        lifecycle = self.lifecycle
+        started = self.term_at if self.term_at is not None else time.monotonic()
+        remaining = max(0.0, started + lifecycle.config.drain_timeout - time.monotonic())
+        lifecycle.drain_and_clean_up(drain_timeout=remaining)
+        if lifecycle.hung_hooks or lifecycle.in_flight.count:
+            # Interpreter exit would join hung hook threads, and gthread's
+            # request threads still serving abandoned requests.
+            lifecycle.exit(0)
         if not self.lifecycle.report.ok:
             logger.warning("graceful: worker %d cleanup: %s", self.pid, self.lifecycle.report.summary())

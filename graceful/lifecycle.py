@@ -104,8 +104,18 @@ class LifecycleSignal:
         return self._event
 
     def reinit_after_fork(self) -> None:
-        """Replace the lock in a forked child (see ``Lifecycle.reinit_after_fork``)."""
+        """Replace the lock and event in a forked child (see ``Lifecycle.reinit_after_fork``).
+
+        A parent thread may have been inside ``Event.set()`` at the fork. The
+        event object stays the same (middleware bound before the fork, with
+        preload_app, holds it); only its internal lock is renewed.
+        """
         self._lock = threading.Lock()
+        reinit = getattr(self._event, "_at_fork_reinit", None)  # CPython 3.9+, as threading uses it
+        if reinit is not None:
+            reinit()
+        if self.fired_at is not None:
+            self._event.set()
 
     def is_set(self) -> bool:
         """True once fired."""
@@ -375,12 +385,14 @@ class Lifecycle:
         self.adapter.stop_listening()
         self.http_server_stopped_listening.fire()
 
-    def drain_and_clean_up(self) -> ShutdownReport:
+    def drain_and_clean_up(self, drain_timeout: float | None = None) -> ShutdownReport:
         """Wait for in-flight requests (up to drain_timeout), close listeners, run cleanup tasks.
 
         Runs once; a second caller waits for the first to finish (up to the
         time it may take). Under Gunicorn a worker calls this from
-        ``worker_exit`` in its main thread. Returns the shutdown report.
+        ``worker_exit`` in its main thread, with what is left of its
+        ``drain_timeout`` (seconds; the config's when None). Returns the
+        shutdown report.
         """
         with self._lock:
             first = not self._tail_started
@@ -390,11 +402,12 @@ class Lifecycle:
             self.cleanup_finished.wait(self.config.drain_timeout + self._longest(CLEANUP_TASK) + 1)
             return self.report
         # Wait for in-flight requests to finish.
-        drained = self.in_flight.wait(self.config.drain_timeout, self.clock.wait)
+        timeout = self.config.drain_timeout if drain_timeout is None else drain_timeout
+        drained = self.in_flight.wait(timeout, self.clock.wait)
         if not drained:
             logger.warning(
                 "graceful: drain timed out after %gs; abandoning %d in-flight request(s)",
-                self.config.drain_timeout,
+                timeout,
                 self.in_flight.count,
             )
         self.in_flight_requests_drained.fire()
@@ -421,7 +434,7 @@ class Lifecycle:
     @property
     def hung_hooks(self) -> list[str]:
         """Names of hooks and tasks whose threads are still running after their timeout."""
-        batches = (self._pre_batch, self._cleanup_batch)
+        batches = (self._post_start_batch, self._pre_batch, self._cleanup_batch)
         return [name for batch in batches if batch is not None for name in batch.hung]
 
     def wait_finished(self, timeout: float) -> bool:

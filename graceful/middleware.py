@@ -49,11 +49,11 @@ are such classes), that very object is returned, with its ``close``
 attribute replaced by one that also ends the count; should the object refuse
 the attribute, it is wrapped like any other.
 
-Cost: one ``PATH_INFO`` lookup, two environ writes, an ``Event`` read, a
-lock-free wait-group ``add``/``done`` and one small object per request
-(``python bench/middleware.py`` measures it). Thread-safe; under Gunicorn
-every worker process wraps its own copy of the app and counts its own
-requests.
+Cost per request: a ``PATH_INFO`` lookup, two environ writes, an ``Event``
+read, the admission limit read, a lock-free wait-group ``add``/``done`` and one
+small object (``python bench/middleware.py`` measures it). Thread-safe;
+under Gunicorn every worker process wraps its own copy of the app and counts
+its own requests.
 """
 
 from __future__ import annotations
@@ -61,6 +61,7 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import Callable, Iterable
+from types import MethodType
 from typing import TYPE_CHECKING
 
 from graceful import _default
@@ -72,7 +73,14 @@ from graceful.waitgroup import WaitGroupClosed
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
 
-__all__ = ["LIFECYCLE_KEY", "SHUTTING_DOWN_KEY", "GracefulMiddleware", "LongRunning", "path_prefixes"]
+__all__ = [
+    "LIFECYCLE_KEY",
+    "SHUTTING_DOWN_KEY",
+    "GracefulMiddleware",
+    "LongRunning",
+    "find_middleware",
+    "path_prefixes",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -94,6 +102,7 @@ _STATUS = {
     500: "500 Internal Server Error",
     503: "503 Service Unavailable",
 }
+_UNSEEN = object()  # GracefulMiddleware._file_wrapper before the first response
 _SHUTTING_DOWN = b"The server is shutting down, please try again later.\n"
 _TOO_MANY = b"Too many requests, please try again later.\n"
 _NOT_ALLOWED = b"Method not allowed: health endpoints answer GET and HEAD.\n"
@@ -251,8 +260,11 @@ class GracefulMiddleware:
         self.long_running = long_running
         self.health = HealthChecks(self.lifecycle, check_timeout=check_timeout, check_cache_ttl=check_cache_ttl)
         #: A middleware of the same lifecycle inside ``app``; when set, this one passes everything through.
-        self.inner = _inner_middleware(app, self.lifecycle)
+        self.inner = find_middleware(app, self.lifecycle)
         self._transparent = self.inner is not None
+        # The server's wsgi.file_wrapper class, remembered from its first request (one server per
+        # process). Were it to change, file wrappers would merely be wrapped, losing sendfile.
+        self._file_wrapper: object = _UNSEEN
         # Bound once: the hot path below reads only locals and these.
         self._shutting_down = self.lifecycle.not_accepting_new_requests.event
         self._not_accepting = self._shutting_down.is_set
@@ -300,8 +312,10 @@ class GracefulMiddleware:
             listed = _InFlightList(result)
             listed._release = self._done
             return listed
-        if kind is environ.get("wsgi.file_wrapper"):
+        if kind is self._file_wrapper:
             return _keep_file_wrapper(result, self._done)
+        if self._file_wrapper is _UNSEEN:
+            return self._first_response(result, self._done, environ)
         response = _InFlightResponse(result)
         response._iterable = result
         response._release = self._done
@@ -324,6 +338,13 @@ class GracefulMiddleware:
         except BaseException:
             release()
             raise
+        return _in_flight(result, release, environ)
+
+    def _first_response(
+        self, result: Iterable[bytes], release: Callable[[], None], environ: WSGIEnvironment
+    ) -> Iterable[bytes]:
+        """Remember the server's file_wrapper class, then wrap the first non-list response."""
+        self._file_wrapper = environ.get("wsgi.file_wrapper")
         return _in_flight(result, release, environ)
 
     @staticmethod
@@ -352,10 +373,18 @@ class GracefulMiddleware:
         return _reply(environ, start_response, response.status, body)
 
 
-def _inner_middleware(app: object, lifecycle: Lifecycle) -> GracefulMiddleware | None:
-    """Find a GracefulMiddleware of ``lifecycle`` in ``app``: Flask's ``wsgi_app``, a middleware's ``app``."""
+def find_middleware(app: object, lifecycle: Lifecycle) -> GracefulMiddleware | None:
+    """Return the :class:`GracefulMiddleware` of ``lifecycle`` that ``app`` is or holds, else None.
+
+    Looks through a Flask app's ``wsgi_app`` and a middleware's ``app``
+    attributes (Werkzeug's middlewares keep it there), at most 16 deep; stops
+    at a GracefulMiddleware of another lifecycle. The Gunicorn integration can
+    use it to wrap an app only when it has no middleware of its own.
+    """
     node: object = app
     for _ in range(16):  # a chain of middlewares, not a cycle
+        if isinstance(node, MethodType) and isinstance(node.__self__, GracefulMiddleware):
+            node = node.__self__  # installed as its bound __call__
         if isinstance(node, GracefulMiddleware):
             return node if node.lifecycle is lifecycle else None
         try:

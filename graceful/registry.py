@@ -65,9 +65,13 @@ class Registry:
         if hook.timeout is not None and not hook.timeout > 0:
             raise ValueError(f"{hook.kind} {hook.name!r}: timeout must be > 0 seconds, got {hook.timeout!r}")
         with self._lock:
+            existing = self._hooks[hook.kind].get(hook.name)
+            if hook.kind in self._closed and existing is not None and existing.origin() == hook.origin():
+                # The same definition again (a config file re-executed by a HUP
+                # during the shutdown): the one already running stays.
+                return
             if hook.kind in self._closed:
                 raise PhaseStartedError(f"cannot register {hook.kind} {hook.name!r}: {self._closed[hook.kind]}")
-            existing = self._hooks[hook.kind].get(hook.name)
             if existing is not None and existing.origin() != hook.origin():
                 raise DuplicateNameError(
                     f"a {hook.kind} named {hook.name!r} is already registered"

@@ -27,7 +27,7 @@ Threads, and what runs on each:
     hands connections that have a request to the pool, closes idle ones.
 ``graceful-worker-N``
     ``threads`` of them; each serves one request at a time with
-    :class:`RequestHandler` (Werkzeug's ``WSGIRequestHandler`` for parsing and
+    :class:`~graceful._http.RequestHandler` (Werkzeug's ``WSGIRequestHandler`` for parsing and
     the WSGI environ), so an idle keep-alive connection holds no thread.
 ``graceful-signals``, ``graceful-shutdown``
     the trap's thread and the lifecycle's timeline; the shutdown thread calls
@@ -38,14 +38,17 @@ Keep-alive: HTTP/1.1 connections stay open between requests for
 fired, every response carries ``Connection: close`` and the connection is
 closed after it; the app never sets hop-by-hop headers (PEP 3333), the
 server does.
+
+This module holds :func:`serve` (start-up, the wait for CleanupFinished,
+exit) and :class:`GracefulServer` (the selector loop, the worker pool and
+the stop: the lifecycle's ServerAdapter). Loading and wrapping the app is in
+:mod:`graceful._loading`; reading one request and writing its response, in
+:mod:`graceful._http`. Their public names are importable from here.
 """
 
 from __future__ import annotations
 
-import ast
 import errno
-import importlib
-import io
 import logging
 import os
 import queue
@@ -53,21 +56,18 @@ import selectors
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from werkzeug.exceptions import InternalServerError
-from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler
+from werkzeug.serving import BaseWSGIServer
 
-from graceful import _default
+from graceful._http import IO_TIMEOUT, Connection, RequestHandler
+from graceful._loading import AppImportError, load_app, wrap_app
 from graceful.lifecycle import Lifecycle
 from graceful.listeners import close_after_queue_drains
-from graceful.middleware import GracefulMiddleware
 from graceful.trap import SignalTrap
 
 if TYPE_CHECKING:
-    from _typeshed import WriteableBuffer
-    from _typeshed.wsgi import InputStream, StartResponse, WSGIApplication, WSGIEnvironment
+    from _typeshed.wsgi import WSGIApplication
 
 __all__ = [
     "DEFAULT_KEEP_ALIVE",
@@ -81,458 +81,27 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-_access_log = logging.getLogger("graceful.access")
 
 #: Request threads in the pool unless told otherwise.
 DEFAULT_THREADS = 8
 #: Seconds an idle keep-alive connection stays open unless told otherwise.
 DEFAULT_KEEP_ALIVE = 5.0
 
-# Seconds a socket operation may block while a request is read or written, and
-# a new connection may stay silent before it is closed.
-_IO_TIMEOUT = 30.0
 # Bound (s) on waiting for the kernel's accept queue to empty at the stop.
 _QUEUE_DRAIN_TIMEOUT = 1.0
 # Seconds a connection accepted before the stop, still silent, may take to send its request.
 _NEW_CONNECTION_GRACE = 1.0
 # Bound (s) on waiting, at the stop, until every accepted request is counted in the drain.
 _STOP_TIMEOUT = 5.0
-# An unread request body up to this size is read and dropped to keep the connection; larger closes it.
-_DISCARD_LIMIT = 64 * 1024
-_DISCARD_TIMEOUT = 1.0
-# Bound (s) on reading and dropping what a client still sends after its connection's last response.
-_LINGER = 2.0
 # Seconds the main thread gives responses still being written (health probes, 429s) before exiting.
 _EXIT_GRACE = 1.0
 # How often the main thread looks at the server loop while it waits for the shutdown.
 _MAIN_WAIT = 1.0
-
-# environ key: called when the request reaches the app (past the middleware's admission).
-_ADMITTED_KEY = "graceful.server.admitted"
 # Messages to graceful-serve.
 _STOP = "stop"
 _CLOSE = "close"
 _LISTENER = "listener"
 _WAKEUP = "wakeup"
-
-
-class AppImportError(ValueError):
-    """``module:attr`` names no importable WSGI app; the message says which part is wrong."""
-
-
-# -- the app -------------------------------------------------------------------
-
-
-def load_app(spec: str) -> WSGIApplication:
-    """Import the WSGI app named by ``module:attr`` (or ``module:factory(args)``), like Gunicorn.
-
-    ``module`` alone means ``module:application``. A call is made with literal
-    arguments only. Raises :class:`AppImportError` when the module or the
-    attribute does not exist or the result is not callable; exceptions raised
-    while the module itself runs propagate unchanged. Main thread, at start-up.
-    """
-    module_name, _, expression = spec.partition(":")
-    expression = expression or "application"
-    if not module_name:
-        raise AppImportError(f"{spec!r} names no module: expected module:attr, such as myapp:app")
-    try:
-        tree = ast.parse(expression.strip(), mode="eval").body
-    except SyntaxError:
-        raise AppImportError(f"{expression!r} is neither a name nor a call such as create_app()") from None
-    args: list[Any] = []
-    kwargs: dict[str, Any] = {}
-    call = tree if isinstance(tree, ast.Call) else None
-    if call is not None:
-        tree = call.func
-        try:
-            args = [ast.literal_eval(arg) for arg in call.args]
-            kwargs = {str(kw.arg): ast.literal_eval(kw.value) for kw in call.keywords}
-        except ValueError:
-            raise AppImportError(f"{expression!r}: factory arguments must be literals") from None
-    if not isinstance(tree, ast.Name):
-        raise AppImportError(f"{expression!r} is neither a name nor a call such as create_app()")
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name is None or not (module_name == exc.name or module_name.startswith(exc.name + ".")):
-            raise  # the module exists but imports something missing: show the traceback
-        raise AppImportError(f"no module named {exc.name!r} (while importing {spec!r})") from None
-    try:
-        target = getattr(module, tree.id)
-    except AttributeError:
-        raise AppImportError(f"module {module_name!r} has no attribute {tree.id!r}") from None
-    app = target(*args, **kwargs) if call is not None else target
-    if not callable(app):
-        raise AppImportError(f"{spec!r} is a {type(app).__name__}, not a WSGI application")
-    return app  # type: ignore[no-any-return]
-
-
-class _MarkAdmitted:
-    """The innermost WSGI layer: tells the server the request got past the middleware's admission.
-
-    Request thread. Placed inside :class:`GracefulMiddleware`, so when it runs
-    the request is already counted in ``lifecycle.in_flight`` (or is
-    long-running and not meant to be): the server may let the drain begin.
-    """
-
-    __slots__ = ("app",)
-
-    def __init__(self, app: WSGIApplication) -> None:
-        self.app = app
-
-    def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
-        admitted = environ.get(_ADMITTED_KEY)
-        if admitted is not None:
-            admitted()
-        return self.app(environ, start_response)
-
-
-def _find_middleware(app: object) -> GracefulMiddleware | None:
-    """The GracefulMiddleware ``app`` is, or has as its Flask ``wsgi_app`` (looking through ``.app`` wrappers)."""
-    for start in (app, getattr(app, "wsgi_app", None)):
-        current = start
-        for _ in range(8):  # a chain of wrappers, each keeping the next in .app (ProxyFix, ...)
-            if isinstance(current, GracefulMiddleware):
-                return current
-            current = getattr(current, "app", None)
-            if current is None:
-                break
-    return None
-
-
-def wrap_app(app: WSGIApplication, lifecycle: Lifecycle | None = None) -> tuple[WSGIApplication, Lifecycle]:
-    """Return ``app`` ready for :class:`GracefulServer` and the lifecycle that drives it.
-
-    A plain WSGI app is wrapped in ``GracefulMiddleware(app, lifecycle)``
-    (``lifecycle`` defaults to ``graceful.default_lifecycle``). An app that is
-    a ``GracefulMiddleware`` already, or a Flask app that uses
-    ``graceful.flask.Graceful``, is served as it is, with the lifecycle it
-    was given; the middleware's ``app`` attribute gains a thin inner layer
-    that tells the server when a request was admitted. Raises ``ValueError``
-    when ``lifecycle`` differs from the one the app is already wrapped with.
-    Main thread, at start-up.
-    """
-    found = _find_middleware(app)
-    if found is None:
-        extensions = getattr(app, "extensions", None)
-        extension = extensions.get("graceful") if isinstance(extensions, dict) else None
-        lifecycle = lifecycle or getattr(extension, "lifecycle", None) or _default.default_lifecycle
-        # An outer middleware of the same lifecycle makes any inner one pass requests straight on.
-        return GracefulMiddleware(_MarkAdmitted(app), lifecycle), lifecycle
-    if lifecycle is not None and found.lifecycle is not lifecycle:
-        raise ValueError("the app is already wrapped in a GracefulMiddleware of another lifecycle")
-    if not isinstance(found.app, _MarkAdmitted):
-        found.app = _MarkAdmitted(found.app)
-    return app, found.lifecycle
-
-
-# -- one connection, one request --------------------------------------------------
-
-
-class _Connection:
-    """A client connection: its socket, buffered streams and what the server knows of it.
-
-    ``admitted`` is False from the moment a request may be on its way (accepted,
-    or readable again) until the app admitted it or the response ended; it is
-    guarded by the server's lock.
-    """
-
-    __slots__ = ("address", "admitted", "deadline", "linger", "requests", "rfile", "sock", "wfile")
-
-    def __init__(self, sock: socket.socket, address: Any) -> None:
-        self.sock = sock
-        self.address = address
-        self.rfile = sock.makefile("rb")
-        self.wfile = sock.makefile("wb")
-        self.requests = 0
-        self.deadline = time.monotonic() + _IO_TIMEOUT
-        self.admitted = True
-        #: The client may still be sending a body nobody reads: close gently (see close()).
-        self.linger = False
-
-    def close(self) -> None:
-        """Close the streams and the socket.
-
-        With ``linger`` set, first send our FIN and read and drop what the
-        client still sends, for up to ``_LINGER`` seconds: closing with unread
-        bytes would make the kernel reset the connection, and a reset can
-        destroy the response before the client has read it.
-        """
-        for stream in (self.wfile, self.rfile):
-            try:
-                stream.close()
-            except OSError:  # a failed flush of a dead connection: it is going anyway
-                continue
-        if self.linger:
-            deadline = time.monotonic() + _LINGER
-            try:
-                self.sock.shutdown(socket.SHUT_WR)
-                while (left := deadline - time.monotonic()) > 0:
-                    self.sock.settimeout(left)
-                    if not self.sock.recv(65536):
-                        break
-            except OSError:  # reset, or timed out: nothing more to save
-                pass
-        self.sock.close()
-
-
-class _Body(io.RawIOBase):
-    """A request body of known length, read from the connection's stream and never past its end."""
-
-    def __init__(self, rfile: io.BufferedReader, length: int) -> None:
-        super().__init__()
-        self._rfile = rfile
-        self.remaining = length
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: WriteableBuffer) -> int:
-        if self.remaining <= 0:
-            return 0
-        with memoryview(buffer) as view:
-            count = self._rfile.readinto1(view[: self.remaining])
-        self.remaining -= count
-        return count
-
-
-class _Response:
-    """One response on one connection: headers on the first write, then the body, framed.
-
-    Request thread. A body of unknown length goes out chunked to HTTP/1.1
-    clients (so the connection can be kept); ``HEAD``, 1xx, 204 and 304
-    responses carry none. Hop-by-hop ``Connection`` and ``Keep-Alive`` headers
-    from the app are dropped: the server decides them.
-    """
-
-    __slots__ = ("chunked", "handler", "head", "headers", "headers_sent", "no_body", "status")
-
-    def __init__(self, handler: RequestHandler, environ: WSGIEnvironment) -> None:
-        self.handler = handler
-        self.head = environ.get("REQUEST_METHOD") == "HEAD"
-        self.status: str | None = None
-        self.headers: list[tuple[str, str]] = []
-        self.headers_sent = False
-        self.chunked = False
-        self.no_body = False
-
-    def start_response(
-        self, status: str, headers: list[tuple[str, str]], exc_info: Any = None
-    ) -> Callable[[bytes], object]:
-        """WSGI ``start_response``."""
-        if exc_info is not None:
-            try:
-                if self.headers_sent:
-                    raise exc_info[1].with_traceback(exc_info[2])
-            finally:
-                exc_info = None
-        elif self.status is not None:
-            raise AssertionError("start_response() called a second time without exc_info")
-        self.status = status
-        self.headers = list(headers)
-        return self.write
-
-    def write(self, data: bytes) -> None:
-        """Send ``data`` (the headers first, on the first call); flushed at once, for streams."""
-        if not self.headers_sent:
-            self._send_headers()
-        if not data or self.no_body:
-            return
-        wfile = self.handler.wfile
-        if self.chunked:
-            wfile.write(b"%x\r\n" % len(data))
-            wfile.write(data)
-            wfile.write(b"\r\n")
-        else:
-            wfile.write(data)
-        wfile.flush()
-
-    def finish(self) -> None:
-        """End the response: send headers not sent yet, then the last chunk."""
-        if not self.headers_sent:
-            self._send_headers()
-        if self.chunked:
-            self.handler.wfile.write(b"0\r\n\r\n")
-        self.handler.wfile.flush()
-
-    def _send_headers(self) -> None:
-        if self.status is None:
-            raise AssertionError("the app returned without calling start_response()")
-        handler = self.handler
-        code_text, _, reason = self.status.partition(" ")
-        code = int(code_text)
-        handler.send_response(code, reason)
-        length_known = False
-        framed_by_app = False
-        for name, value in self.headers:
-            lower = name.lower()
-            if lower in ("connection", "keep-alive"):
-                continue
-            if lower == "content-length":
-                length_known = True
-            elif lower == "transfer-encoding":
-                framed_by_app = True
-            handler.send_header(name, value)
-        self.no_body = self.head or code < 200 or code in (204, 304)
-        if framed_by_app:
-            handler.close_connection = True
-        elif not (self.no_body or length_known):
-            if handler.request_version == "HTTP/1.1":
-                self.chunked = True
-                handler.send_header("Transfer-Encoding", "chunked")
-            else:
-                handler.close_connection = True  # the body ends when the connection does
-        if handler.should_close():
-            handler.send_header("Connection", "close")  # also sets handler.close_connection
-        handler.end_headers()
-        self.headers_sent = True
-
-
-class RequestHandler(WSGIRequestHandler):
-    """Serves exactly one request of a connection; the server decides what the connection does next.
-
-    Runs on a ``graceful-worker-N`` thread. Reuses Werkzeug's request parsing
-    and WSGI environ; writes the response itself (:class:`_Response`), so that
-    HTTP/1.1 connections can be kept alive, and so that once the lifecycle's
-    ShutdownInitiated has fired every response says ``Connection: close`` and
-    the connection is closed after it.
-    """
-
-    protocol_version = "HTTP/1.1"
-    server: GracefulServer
-
-    def __init__(self, conn: _Connection, server: GracefulServer) -> None:
-        self.conn = conn
-        self._body: _Body | None = None
-        super().__init__(conn.sock, conn.address, server)
-
-    def setup(self) -> None:
-        """Use the connection's own streams: bytes buffered past one request belong to the next."""
-        self.connection = self.conn.sock
-        self.rfile = self.conn.rfile
-        self.wfile = self.conn.wfile
-
-    def finish(self) -> None:
-        """Flush what is left; the streams stay open with the connection."""
-        try:
-            self.wfile.flush()
-        except OSError:
-            self.close_connection = True
-
-    def handle_expect_100(self) -> bool:
-        """Send ``100 Continue`` at once (the connection's writer is buffered)."""
-        proceed = super().handle_expect_100()
-        self.wfile.flush()
-        return proceed
-
-    def handle(self) -> None:
-        """Read and serve one request; a dropped or timed-out connection is closed quietly."""
-        self.close_connection = True
-        try:
-            self.handle_one_request()
-        except (ConnectionError, TimeoutError) as exc:
-            self.close_connection = True
-            self.connection_dropped(exc)
-
-    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
-        """One access-log line on the ``graceful.access`` logger (plain text), unless the server has it off."""
-        if self.server.access_log:
-            _access_log.info('%s "%s" %s %s', self.address_string(), self.requestline, code, size)
-
-    def should_close(self) -> bool:
-        """True when this response must end the connection (decided as its headers go out)."""
-        body = self._body
-        return (
-            self.close_connection
-            or self.request_version != "HTTP/1.1"
-            or self.server.keep_alive <= 0
-            or self.server.lifecycle.shutdown_initiated.is_set()
-            or self.server.closing
-            or body is None
-            or body.remaining > _DISCARD_LIMIT
-        )
-
-    def run_wsgi(self) -> None:
-        """Run the app for the parsed request and write its response (every ``do_<METHOD>``)."""
-        environ = self.make_environ()
-        if not self._set_body(environ):
-            return
-        environ[_ADMITTED_KEY] = self._admitted
-        response = _Response(self, environ)
-        try:
-            result = self.server.app(environ, response.start_response)
-            try:
-                for data in result:
-                    response.write(data)
-                response.finish()
-            finally:
-                close = getattr(result, "close", None)
-                if close is not None:
-                    close()
-        except (ConnectionError, TimeoutError) as exc:
-            self.close_connection = True
-            self.connection_dropped(exc, environ)
-            return
-        except Exception:
-            logger.exception("graceful: error on request %s %s", self.command, environ.get("PATH_INFO"))
-            self.close_connection = True
-            if not response.headers_sent:
-                self._send_internal_error(environ)
-        self._drain_body(environ["wsgi.input"])
-
-    def _admitted(self) -> None:
-        self.server.settle(self.conn)
-
-    def _set_body(self, environ: WSGIEnvironment) -> bool:
-        """Give the app a ``wsgi.input`` that ends where the body does; False after a 400."""
-        if "HTTP_TRANSFER_ENCODING" in environ:
-            # Werkzeug dechunks a chunked body; whether the app read it all is known only after.
-            self._body = None
-            return True
-        text = environ.get("CONTENT_LENGTH") or "0"
-        if not text.isdigit():
-            self.send_error(400, "Bad Content-Length")
-            return False
-        length = int(text)
-        self._body = _Body(self.conn.rfile, length)
-        environ["wsgi.input"] = io.BufferedReader(self._body) if length else io.BytesIO()
-        environ["wsgi.input_terminated"] = True
-        return True
-
-    def _drain_body(self, stream: InputStream) -> None:
-        """Read and drop a small unread rest of the request body.
-
-        Then the connection can carry the next request, and closing it does
-        not reset it (unread bytes make the kernel answer a close with a
-        reset, which can destroy the response before the client reads it).
-        A larger rest, or one that does not arrive in time, closes it.
-        """
-        body = self._body
-        if body is not None:
-            stream = body  # what the app's buffered reader has not taken from the socket
-            if not body.remaining:
-                return
-        left = _DISCARD_LIMIT + 1
-        try:
-            self.connection.settimeout(_DISCARD_TIMEOUT)
-            while left > 0 and (data := stream.read(min(left, 65536))):
-                left -= len(data)
-            self.connection.settimeout(_IO_TIMEOUT)
-        except (OSError, ValueError):  # timed out, reset, or a stream the app closed
-            left = 0
-        if body is None or body.remaining or left <= 0:
-            self.close_connection = True
-            self.conn.linger = left <= 0 or (body is not None and body.remaining > 0)
-
-    def _send_internal_error(self, environ: WSGIEnvironment) -> None:
-        """Answer 500 after the app raised before any byte of its response was sent."""
-        response = _Response(self, environ)
-        try:
-            for data in InternalServerError()(environ, response.start_response):
-                response.write(data)
-            response.finish()
-        except OSError:
-            self.close_connection = True
 
 
 # -- the server --------------------------------------------------------------------
@@ -574,12 +143,12 @@ class GracefulServer(BaseWSGIServer):
         self.failed = False
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
-        self._connections: set[_Connection] = set()  # guarded by _lock
+        self._connections: set[Connection] = set()  # guarded by _lock
         self._unadmitted = 0  # connections whose request is not admitted yet; guarded by _lock
-        self._serving: set[_Connection] = set()  # connections a worker is serving; guarded by _lock
+        self._serving: set[Connection] = set()  # connections a worker is serving; guarded by _lock
         self._stop_done = False  # graceful-serve closed the listener; guarded by _lock
-        self._work: queue.SimpleQueue[_Connection | None] = queue.SimpleQueue()
-        self._inbox: queue.SimpleQueue[_Connection | str] = queue.SimpleQueue()
+        self._work: queue.SimpleQueue[Connection | None] = queue.SimpleQueue()
+        self._inbox: queue.SimpleQueue[Connection | str] = queue.SimpleQueue()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
@@ -588,7 +157,7 @@ class GracefulServer(BaseWSGIServer):
         # Binds at once (Werkzeug prints the error and exits 1 when it cannot).
         super().__init__(host, port, app, handler=RequestHandler)
         # Owned by graceful-serve alone:
-        self._waiting: set[_Connection] = set()
+        self._waiting: set[Connection] = set()
         self._listening = True
         self._accept_paused_until = 0.0
 
@@ -668,7 +237,7 @@ class GracefulServer(BaseWSGIServer):
 
     # -- bookkeeping, any thread ------------------------------------------------------------
 
-    def settle(self, conn: _Connection) -> None:
+    def settle(self, conn: Connection) -> None:
         """The request on ``conn`` was admitted by the middleware, or ended: the stop need not wait for it."""
         if conn.admitted:
             return
@@ -680,18 +249,18 @@ class GracefulServer(BaseWSGIServer):
             if not self._unadmitted:
                 self._changed.notify_all()
 
-    def _expect_request(self, conn: _Connection) -> None:
+    def _expect_request(self, conn: Connection) -> None:
         with self._lock:
             if conn.admitted:
                 conn.admitted = False
                 self._unadmitted += 1
 
-    def _dispatch(self, conn: _Connection) -> None:
+    def _dispatch(self, conn: Connection) -> None:
         """Hand a connection with a request (or an EOF) waiting to the pool."""
         self._expect_request(conn)
         self._work.put(conn)
 
-    def _post(self, message: _Connection | str) -> None:
+    def _post(self, message: Connection | str) -> None:
         """Send graceful-serve a message and wake it."""
         self._inbox.put(message)
         try:
@@ -699,7 +268,7 @@ class GracefulServer(BaseWSGIServer):
         except (BlockingIOError, OSError):  # a wake-up is pending already, or we are closed
             return
 
-    def _close_connection(self, conn: _Connection) -> None:
+    def _close_connection(self, conn: Connection) -> None:
         self.settle(conn)
         with self._lock:
             if conn not in self._connections:
@@ -717,7 +286,7 @@ class GracefulServer(BaseWSGIServer):
                 return
             self._serve_one(conn)
 
-    def _serve_one(self, conn: _Connection) -> None:
+    def _serve_one(self, conn: Connection) -> None:
         """Serve the request waiting on ``conn``, then keep the connection or close it."""
         with self._lock:
             closing = self.closing
@@ -729,7 +298,7 @@ class GracefulServer(BaseWSGIServer):
         try:
             keep = False
             try:
-                conn.sock.settimeout(_IO_TIMEOUT)
+                conn.sock.settimeout(IO_TIMEOUT)
                 keep = not RequestHandler(conn, self).close_connection
             except Exception:
                 logger.exception("graceful: error serving a connection from %s", conn.address)
@@ -745,7 +314,7 @@ class GracefulServer(BaseWSGIServer):
                 if not self._serving:
                     self._changed.notify_all()
 
-    def _keep(self, conn: _Connection) -> None:
+    def _keep(self, conn: Connection) -> None:
         """After a kept-alive response: serve a request already buffered, else watch the connection."""
         conn.requests += 1
         try:
@@ -809,11 +378,11 @@ class GracefulServer(BaseWSGIServer):
             return None
         return max(0.0, min(deadlines) - time.monotonic())
 
-    def _watch(self, selector: selectors.BaseSelector, conn: _Connection) -> None:
+    def _watch(self, selector: selectors.BaseSelector, conn: Connection) -> None:
         selector.register(conn.sock, selectors.EVENT_READ, conn)
         self._waiting.add(conn)
 
-    def _unwatch(self, selector: selectors.BaseSelector, conn: _Connection) -> None:
+    def _unwatch(self, selector: selectors.BaseSelector, conn: Connection) -> None:
         selector.unregister(conn.sock)
         self._waiting.discard(conn)
 
@@ -837,7 +406,7 @@ class GracefulServer(BaseWSGIServer):
                 return
             if sock.family != socket.AF_UNIX:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # each flush is one whole piece
-            conn = _Connection(sock, address)
+            conn = Connection(sock, address)
             with self._lock:
                 self._connections.add(conn)
             self._expect_request(conn)
@@ -860,7 +429,7 @@ class GracefulServer(BaseWSGIServer):
                 message = self._inbox.get_nowait()
             except queue.Empty:
                 return
-            if isinstance(message, _Connection):
+            if isinstance(message, Connection):
                 if self._listening:
                     self._watch(selector, message)  # idle keep-alive: wait for its next request
                 else:
@@ -874,7 +443,7 @@ class GracefulServer(BaseWSGIServer):
         """Close the listener; serve idle connections whose request is here, close the other idle ones."""
         self._stop_accepting(selector)
         self.socket.close()
-        ready = {key.data for key, _ in selector.select(0) if isinstance(key.data, _Connection)}
+        ready = {key.data for key, _ in selector.select(0) if isinstance(key.data, Connection)}
         grace = time.monotonic() + _NEW_CONNECTION_GRACE
         for conn in list(self._waiting):
             if conn in ready:

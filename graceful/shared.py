@@ -6,9 +6,13 @@ only the master holds; firing closes it, and every worker waiting on the read
 end sees end-of-file at once. No polling, no shared memory to corrupt, and a
 worker forked after the fact sees it already fired.
 
-One fact flows back: a worker has drained (send_retry_after mode, where the
-master keeps the listeners open until every worker is done). Workers write
-their pid into the :class:`DrainReports` pipe.
+A third, HTTPServerStoppedListening, matters only with ``reuse_port``, where
+each worker binds its own listener and must close it itself.
+
+Facts flow back through :class:`DrainReports` pipes, where workers write
+their pid: a worker has drained (send_retry_after mode, where the master keeps
+the listeners open until every worker is done), or has closed its own
+listeners (reuse_port).
 
 Fork safety: the master fires broadcasts from its shutdown thread while its
 main thread may be forking a worker. ``os.register_at_fork`` holds a lock
@@ -63,7 +67,7 @@ class Broadcast:
 
 
 class DrainReports:
-    """Workers tell the master they have drained by writing their pid to a pipe."""
+    """Workers tell the master something is done by writing their pid to a pipe."""
 
     def __init__(self) -> None:
         self._read, self._write = os.pipe()
@@ -100,7 +104,13 @@ class SharedState:
         self._fork_lock = threading.Lock()
         self.shutdown_initiated = Broadcast("ShutdownInitiated", self._fork_lock)
         self.not_accepting = Broadcast("NotAcceptingNewRequests", self._fork_lock)
+        #: reuse_port only: workers must close the listeners they bound themselves.
+        self.close_listeners = Broadcast("HTTPServerStoppedListening", self._fork_lock)
+        self._broadcasts = (self.shutdown_initiated, self.not_accepting, self.close_listeners)
+        #: send_retry_after: each worker's pid once its requests are done.
         self.drained = DrainReports()
+        #: reuse_port: each worker's pid once its own listeners are closed.
+        self.listeners_closed = DrainReports()
         os.register_at_fork(
             before=self._fork_lock.acquire,
             after_in_parent=self._fork_lock.release,
@@ -108,7 +118,8 @@ class SharedState:
         )
 
     def _after_fork_in_child(self) -> None:
-        self._fork_lock = threading.Lock()
-        for broadcast in (self.shutdown_initiated, self.not_accepting):
-            broadcast._fork_lock = self._fork_lock
+        # The child's copy of the lock was taken by ``before``: release it (the
+        # callbacks hold this very lock object), so a fork in the child works.
+        self._fork_lock.release()
+        for broadcast in self._broadcasts:
             broadcast.forget_write_end()

@@ -47,11 +47,15 @@ class Processes:
         return proc
 
     def cleanup(self) -> None:
+        """Kill each process's whole group (its workers too, even if it exited), then close pipes."""
         for proc in self.started:
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
+            # start_new_session made each process a group leader: orphaned children
+            # (a Gunicorn master's workers) are still in its group.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(10)
+        for proc in self.started:
             if proc.stdout is not None:
                 proc.stdout.close()
 

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 from flask import Flask, Response, stream_with_context
+from werkzeug.middleware.proxy_fix import ProxyFix
 from werkzeug.test import Client
 
 import graceful
@@ -77,6 +78,16 @@ class TestGraceful:
         assert isinstance(app.wsgi_app, GracefulMiddleware)
         assert app.wsgi_app.lifecycle is ext.lifecycle
         assert not hasattr(ext, "app")
+
+    def test_middleware_lookup(self) -> None:
+        """Graceful.middleware(app) finds the installed middleware, also behind ProxyFix."""
+        app = make_app()
+        ext = Graceful(app)
+        installed = app.wsgi_app
+        app.wsgi_app = ProxyFix(app.wsgi_app)  # type: ignore[method-assign]
+        assert ext.middleware(app) is installed
+        with pytest.raises(LookupError):
+            ext.middleware(make_app("other"))
 
     def test_init_app_twice_refused(self) -> None:
         """A second Graceful on the same app is an error, not a second wrapper."""

@@ -137,11 +137,15 @@ def gunicorn(processes: Processes) -> Iterator[object]:
     yield start
 
 
-def _has_control_socket() -> bool:
+def _gunicorn_version() -> tuple[int, int]:
     import gunicorn
 
     major, minor = (int(x) for x in gunicorn.__version__.split(".")[:2])
-    return (major, minor) >= (25, 1)
+    return major, minor
+
+
+def _has_control_socket() -> bool:
+    return _gunicorn_version() >= (25, 1)
 
 
 def get(server: Server, path: str, session: requests.Session | None = None) -> requests.Response:
@@ -371,13 +375,14 @@ class TestEscalation:
             server.term()
             server.wait_for(r"Handling signal: term", count=2)  # ours, then the hand-over
             sent = server.term()
-            assert server.exit_code(10) == 1
+            assert server.proc.wait(10) == 1
             assert time.monotonic() - sent < 4  # the slow request alone holds the drain 6 s
+            assert server.exit_code(10) == 1
             try:
                 cut_short = slow.result().status_code != 200
             except requests.RequestException:
                 cut_short = True
-            assert cut_short  # the workers were stopped the quick way, not drained
+            assert cut_short  # the workers were killed, not drained
 
     def test_worker_killed_during_the_drain(self, gunicorn) -> None:  # type: ignore[no-untyped-def]
         """A worker SIGKILLed while draining does not stop the shutdown; the other worker's request completes."""
@@ -467,3 +472,45 @@ class TestWorkerReplacedDuringDelay:
             assert get(server, "/").status_code == 200
         assert server.exit_code() == 0
         assert server.matching(r"failed to boot|Exception in worker process") == []
+
+
+class TestReviewedEdges:
+    def test_app_can_fork_in_a_worker(self, gunicorn) -> None:  # type: ignore[no-untyped-def]
+        """A request handler that forks (twice) does not hang on graceful's fork hooks."""
+        server = gunicorn("sync")
+        assert get(server, "/fork").text == "forked"
+        assert get(server, "/fork").text == "forked"
+        server.term()
+        assert server.exit_code() == 0
+
+    def test_cleanup_runs_when_a_request_outlives_the_drain(self, gunicorn) -> None:  # type: ignore[no-untyped-def]
+        """gthread: a request longer than drain_timeout is abandoned, and the cleanup task still runs."""
+        env = {"GRACEFUL_SHUTDOWN_DELAY": "0.5", "GRACEFUL_DRAIN_TIMEOUT": "2", "GRACEFUL_HOOK_TIMEOUT": "2"}
+        server = gunicorn("gthread", env=env)
+        with ThreadPoolExecutor(1) as pool:
+            pool.submit(get, server, "/slow?ms=15000")
+            time.sleep(0.3)
+            server.term()
+            assert server.exit_code(30) == 0
+        assert len(server.matching(r"^cleanup \d+$")) == 2
+        assert server.matching(r"abandoning 1 in-flight request")
+
+    def test_hup_during_the_shutdown_does_not_kill_the_master(self, gunicorn) -> None:  # type: ignore[no-untyped-def]
+        """A HUP during the delay re-executes the config; the shutdown goes on and exits 0."""
+        server = gunicorn("sync", env={"GRACEFUL_SHUTDOWN_DELAY": "3"}, config=str(LIVE / "gunicorn_conf.py"))
+        server.term()
+        server.wait_for(r"graceful: ShutdownInitiated")
+        server.proc.send_signal(signal.SIGHUP)
+        assert server.exit_code() == 0
+        assert len(server.matching(r"pre-shutdown deregister")) == 1
+
+    @pytest.mark.skipif(_gunicorn_version() < (24, 0), reason="reuse_port gives each worker its own socket from 24")
+    def test_reuse_port_requests_queued_at_the_stop_are_served(self, gunicorn) -> None:  # type: ignore[no-untyped-def]
+        """reuse_port: each worker drains its own accept queue before closing it; queued requests are answered."""
+        server = gunicorn("sync", env={"GRACEFUL_SHUTDOWN_DELAY": "1"}, args=("-w", "1", "--reuse-port"))
+        with ThreadPoolExecutor(6) as pool:
+            server.term()
+            time.sleep(0.7)
+            futures = [pool.submit(get, server, "/slow?ms=300") for _ in range(6)]
+            assert [f.result().status_code for f in futures] == [200] * 6
+        assert server.exit_code() == 0

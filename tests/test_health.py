@@ -29,7 +29,8 @@ ON_TIME = 3.0
 
 @pytest.fixture
 def clock() -> FakeClock:
-    return FakeClock()
+    """A fake clock whose waits give a quick check up to 5 real seconds, even on a loaded machine."""
+    return FakeClock(settle=5.0)
 
 
 @pytest.fixture
@@ -253,10 +254,10 @@ class TestHealthChecksComposition:
 class TestHealthChecksTiming:
     """Per-check timeouts, no overlapping runs, and the result cache."""
 
-    def test_hung_check_times_out_on_the_fake_clock(
-        self, lifecycle: Lifecycle, clock: FakeClock, gate: threading.Event
-    ) -> None:
+    def test_hung_check_times_out_on_the_fake_clock(self, gate: threading.Event) -> None:
         """A hung check is reported 'timed out' after check_timeout (fake) seconds."""
+        clock = FakeClock(settle=0.05)
+        lifecycle = Lifecycle(Config(), clock=clock)
         lifecycle.readiness_check("hang")(gate.wait)
         start = clock.now()
         result = HealthChecks(lifecycle, check_timeout=2).evaluate(READYZ, only="hang").results[0]
@@ -275,10 +276,10 @@ class TestHealthChecksTiming:
         assert response.status == 503
         assert "[-]hang failed" in response.body and "[+]quick ok" in response.body
 
-    def test_running_check_is_not_started_again(
-        self, lifecycle: Lifecycle, clock: FakeClock, gate: threading.Event
-    ) -> None:
+    def test_running_check_is_not_started_again(self, gate: threading.Event) -> None:
         """While a timed-out run is still going, probes report it failed at once and start no new run."""
+        clock = FakeClock(settle=0.5)  # the hung run costs 1 real second; the quick one gets as long
+        lifecycle = Lifecycle(Config(), clock=clock)
         calls: list[int] = []
 
         def hang() -> None:

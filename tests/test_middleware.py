@@ -22,6 +22,7 @@ from graceful.middleware import (
     LIFECYCLE_KEY,
     SHUTTING_DOWN_KEY,
     GracefulMiddleware,
+    find_middleware,
     path_prefixes,
 )
 from graceful.testing import FakeClock
@@ -131,13 +132,18 @@ def finish(result: Any) -> bytes:
             result.close()
 
 
+def fake_clock() -> FakeClock:
+    """A fake clock whose waits give a quick check up to 5 real seconds, even on a loaded machine."""
+    return FakeClock(settle=5.0)
+
+
 @pytest.fixture
 def lifecycle() -> Lifecycle:
-    return Lifecycle(Config(), clock=FakeClock())
+    return Lifecycle(Config(), clock=fake_clock())
 
 
 def retry_after_lifecycle(**config: Any) -> Lifecycle:
-    return Lifecycle(Config(send_retry_after=True, **config), clock=FakeClock())
+    return Lifecycle(Config(send_retry_after=True, **config), clock=fake_clock())
 
 
 class TestHealthEndpoints:
@@ -217,7 +223,7 @@ class TestHealthEndpoints:
 
     def test_reason_exposed(self) -> None:
         """With expose_check_errors the failure reason is in the body."""
-        lifecycle = Lifecycle(Config(expose_check_errors=True), clock=FakeClock())
+        lifecycle = Lifecycle(Config(expose_check_errors=True), clock=fake_clock())
         lifecycle.readiness_check("db")(lambda: False)
         body = Client(GracefulMiddleware(hello, lifecycle)).get("/readyz").get_data(as_text=True)
         assert "[-]db failed: returned False\n" in body
@@ -279,7 +285,7 @@ class TestHealthIsNeverRejected:
 
     def test_not_limited_by_max_in_flight(self) -> None:
         """With every admission slot taken, probes still answer."""
-        lifecycle = Lifecycle(Config(max_in_flight=1), clock=FakeClock())
+        lifecycle = Lifecycle(Config(max_in_flight=1), clock=fake_clock())
         mw = GracefulMiddleware(hello, lifecycle)
         _, held = call(mw)
         assert Client(mw).get("/livez").status_code == 200
@@ -333,7 +339,7 @@ class TestAdmission:
 
     def test_max_in_flight_full_gives_429_and_slot_comes_back(self) -> None:
         """A full max_in_flight answers 429 + Retry-After; the slot frees when the response closes."""
-        lifecycle = Lifecycle(Config(max_in_flight=1), clock=FakeClock())
+        lifecycle = Lifecycle(Config(max_in_flight=1), clock=fake_clock())
         mw = GracefulMiddleware(hello, lifecycle)
         first_status, first = call(mw)
         assert first_status.code == 200
@@ -348,7 +354,7 @@ class TestAdmission:
 
     def test_slot_released_once_on_double_close(self) -> None:
         """Closing a response twice frees its slot once (a BoundedSemaphore would raise otherwise)."""
-        lifecycle = Lifecycle(Config(max_in_flight=1), clock=FakeClock())
+        lifecycle = Lifecycle(Config(max_in_flight=1), clock=fake_clock())
         _, result = call(GracefulMiddleware(hello, lifecycle))
         result.close()
         result.close()
@@ -356,7 +362,7 @@ class TestAdmission:
 
     def test_slot_released_when_app_raises(self) -> None:
         """An app that raises gives its slot back and ends its count."""
-        lifecycle = Lifecycle(Config(max_in_flight=1), clock=FakeClock())
+        lifecycle = Lifecycle(Config(max_in_flight=1), clock=fake_clock())
 
         def broken(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
             raise RuntimeError("boom")
@@ -369,7 +375,7 @@ class TestAdmission:
 
     def test_slot_released_on_drain_race(self) -> None:
         """A request refused by the drain does not keep its admission slot."""
-        lifecycle = Lifecycle(Config(max_in_flight=1), clock=FakeClock())
+        lifecycle = Lifecycle(Config(max_in_flight=1), clock=fake_clock())
         lifecycle.in_flight.wait(0)
         captured, result = call(GracefulMiddleware(hello, lifecycle))
         finish(result)
@@ -378,7 +384,7 @@ class TestAdmission:
 
     def test_limit_counts_streams_until_closed(self) -> None:
         """With max_in_flight on, a stream holds its slot and its count until close()."""
-        lifecycle = Lifecycle(Config(max_in_flight=2), clock=FakeClock())
+        lifecycle = Lifecycle(Config(max_in_flight=2), clock=fake_clock())
         mw = GracefulMiddleware(Recorder(lifecycle), lifecycle)
         _, result = call(mw)
         assert lifecycle.in_flight.count == 1
@@ -604,9 +610,15 @@ class TestNesting:
         inner = GracefulMiddleware(hello, lifecycle)
         assert GracefulMiddleware(FlaskLike(Proxy(inner)), lifecycle).inner is inner
 
+    def test_found_through_a_bound_call(self, lifecycle: Lifecycle) -> None:
+        """find_middleware sees a middleware installed as its bound __call__."""
+        inner = GracefulMiddleware(hello, lifecycle)
+        assert find_middleware(inner.__call__, lifecycle) is inner
+        assert find_middleware(hello, lifecycle) is None
+
     def test_other_lifecycle_is_not_passed_through(self, lifecycle: Lifecycle) -> None:
         """A middleware of another lifecycle inside does not make the outer one transparent."""
-        inner = GracefulMiddleware(hello, Lifecycle(Config(), clock=FakeClock()))
+        inner = GracefulMiddleware(hello, Lifecycle(Config(), clock=fake_clock()))
         assert GracefulMiddleware(inner, lifecycle).inner is None
         assert GracefulMiddleware(hello, lifecycle).inner is None
 
@@ -623,7 +635,7 @@ class TestNesting:
 
     def test_two_lifecycles_count_separately(self, lifecycle: Lifecycle) -> None:
         """Middlewares of two lifecycles each count, and the app sees the inner one."""
-        outer = Lifecycle(Config(), clock=FakeClock())
+        outer = Lifecycle(Config(), clock=fake_clock())
         app = Recorder(lifecycle)
         _, result = call(GracefulMiddleware(GracefulMiddleware(app, lifecycle), outer))
         assert (outer.in_flight.count, lifecycle.in_flight.count) == (1, 1)
@@ -646,7 +658,7 @@ class TestLongRunning:
 
     def test_not_limited(self) -> None:
         """A long-running request is served even with every admission slot taken."""
-        lifecycle = Lifecycle(Config(max_in_flight=1), clock=FakeClock())
+        lifecycle = Lifecycle(Config(max_in_flight=1), clock=fake_clock())
         mw = GracefulMiddleware(hello, lifecycle, long_running=path_prefixes("/ws"))
         _, held = call(mw)
         captured, result = call(mw, "/ws")
@@ -784,7 +796,7 @@ class TestFuzz:
     @given(environ=environs, state=states, failing=st.booleans())
     def test_any_environ_gives_a_valid_response(self, environ: dict[str, Any], state: str, failing: bool) -> None:
         """Any environ, in any lifecycle state, gives a valid status, valid headers and a bytes body."""
-        lifecycle = Lifecycle(Config(send_retry_after=True, max_in_flight=1), clock=FakeClock())
+        lifecycle = Lifecycle(Config(send_retry_after=True, max_in_flight=1), clock=fake_clock())
         lifecycle.readiness_check("db")(lambda: not failing)
         mw = GracefulMiddleware(hello, lifecycle)
         if state == "shutting down":

@@ -50,6 +50,13 @@ def app(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
         ms = int(parse_qs(environ.get("QUERY_STRING", "")).get("ms", ["500"])[0])
         time.sleep(ms / 1000)
         body = b"x" * ms
+    elif path == "/fork":
+        # An app that forks (multiprocessing, subprocess with preexec_fn) must not hang.
+        child = os.fork()
+        if child == 0:
+            os._exit(0)
+        os.waitpid(child, 0)
+        body = b"forked"
     elif path == "/stream":
         start_response("200 OK", [("Content-Type", "text/plain")])
         return _stream()
