@@ -44,6 +44,7 @@ from urllib.parse import parse_qs
 
 import yaml
 
+from graceful._args import seconds
 from graceful.config import Config, ConfigError
 
 __all__ = [
@@ -224,7 +225,7 @@ def _grace_period(pod_spec: Mapping[str, Any]) -> int:
     return DEFAULT_GRACE_PERIOD
 
 
-def _probe_seconds(probe: Mapping[str, Any], key: str) -> int:
+def _probeseconds(probe: Mapping[str, Any], key: str) -> int:
     """Return a probe field, or Kubernetes' default when it is absent or zero (as the API server does)."""
     value = probe.get(key)
     if isinstance(value, int) and not isinstance(value, bool) and value > 0:
@@ -265,7 +266,7 @@ def _shell_script(argv: Sequence[str]) -> str | None:
     return None
 
 
-def _sleep_seconds(text: str) -> float:
+def _sleepseconds(text: str) -> float:
     """Return the seconds of a ``sleep`` argument (``5``, ``5s``, ``0.5m``); 0 when unreadable."""
     match = _SLEEP_ARGUMENT.fullmatch(text)
     return float(match.group(1)) * _SLEEP_UNITS[match.group(2)] if match else 0.0
@@ -283,10 +284,10 @@ def _pre_stop_sleep(container: Mapping[str, Any]) -> float:
     command = (_dig(pre_stop, ("exec",)) or {}).get("command")
     argv = [str(item) for item in command] if isinstance(command, list) else []
     if len(argv) >= 2 and argv[0].rsplit("/", 1)[-1] == "sleep":
-        return _sleep_seconds(argv[1])
+        return _sleepseconds(argv[1])
     script = _shell_script(argv)
     match = _SLEEP_IN_SCRIPT.search(script) if script is not None else None
-    return _sleep_seconds(match.group(1)) if match else 0.0
+    return _sleepseconds(match.group(1)) if match else 0.0
 
 
 # Graceful's settings -------------------------------------------------------
@@ -433,8 +434,8 @@ def _rule_liveness_probe(c: _Container) -> Iterator[Finding]:
     """GC003: a liveness probe on /readyz restarts the container during its own shutdown."""
     path = _http_path(c.liveness) if c.liveness is not None else None
     if path is not None and _fails_on_shutdown(path):
-        period = _probe_seconds(c.liveness or {}, "periodSeconds")
-        threshold = _probe_seconds(c.liveness or {}, "failureThreshold")
+        period = _probeseconds(c.liveness or {}, "periodSeconds")
+        threshold = _probeseconds(c.liveness or {}, "failureThreshold")
         yield c.finding(
             "error",
             "GC003",
@@ -449,9 +450,9 @@ def _rule_shutdown_delay(c: _Container) -> Iterator[Finding]:
     """GC004: the delay ends before the endpoint change has reached every node."""
     if c.readiness is None:  # GC001 already; there is no probe to size the delay from
         return
-    period = _probe_seconds(c.readiness, "periodSeconds")
-    threshold = _probe_seconds(c.readiness, "failureThreshold")
-    timeout = _probe_seconds(c.readiness, "timeoutSeconds")
+    period = _probeseconds(c.readiness, "periodSeconds")
+    threshold = _probeseconds(c.readiness, "failureThreshold")
+    timeout = _probeseconds(c.readiness, "timeoutSeconds")
     needed = period * threshold + timeout + c.propagation
     delay = c.settings.config.shutdown_delay
     serving = c.pre_stop_sleep + delay
@@ -654,17 +655,6 @@ def _yaml_reason(exc: yaml.YAMLError) -> str:
     return str(exc).replace("\n", " ")
 
 
-def _seconds(text: str) -> float:
-    """Parse a ``--propagation`` value: a finite number of seconds >= 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number of seconds >= 0")
-    return value
-
-
 def _parser() -> argparse.ArgumentParser:
     """Return the parser for ``graceful check``'s arguments."""
     parser = argparse.ArgumentParser(
@@ -677,7 +667,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--format", choices=("text", "json"), default="text", help="output format")
     parser.add_argument(
         "--propagation",
-        type=_seconds,
+        type=seconds,
         default=ENDPOINT_PROPAGATION,
         metavar="SECONDS",
         help="seconds allowed for an endpoint change to reach every node and load balancer"

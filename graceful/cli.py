@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 import os
 import sys
 from collections.abc import Sequence
 
 from graceful import __version__
+from graceful._args import seconds, whole_number
 from graceful.config import ConfigError
 
 __all__ = ["main", "parse_bind"]
@@ -45,22 +45,6 @@ def parse_bind(text: str) -> tuple[str, int]:
     elif ":" in host:
         raise argparse.ArgumentTypeError(f"{text!r}: write an IPv6 address in brackets, as in [::1]:8000")
     return host or "127.0.0.1", int(port_text)
-
-
-def _threads(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1")
-    return int(text)
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number of seconds >= 0")
-    return value
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -92,13 +76,13 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "-t",
         "--threads",
-        type=_threads,
+        type=whole_number,
         default=DEFAULT_THREADS,
         help=f"request threads (default: {DEFAULT_THREADS})",
     )
     serve.add_argument(
         "--keep-alive",
-        type=_seconds,
+        type=seconds,
         default=DEFAULT_KEEP_ALIVE,
         metavar="SECONDS",
         help=f"seconds an idle HTTP/1.1 connection stays open; 0: no keep-alive (default: {DEFAULT_KEEP_ALIVE:g})",
