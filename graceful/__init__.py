@@ -18,6 +18,7 @@ from graceful.admission import AdmissionLimit
 from graceful.config import Config, ConfigError
 from graceful.hooks import HookResult, Outcome, ShutdownReport
 from graceful.lifecycle import Lifecycle, LifecycleSignal, NullAdapter, ServerAdapter
+from graceful.middleware import GracefulMiddleware, path_prefixes
 from graceful.registry import DuplicateNameError, PhaseStartedError
 from graceful.trap import SignalTrap
 from graceful.waitgroup import SafeWaitGroup, WaitGroupClosed
@@ -29,6 +30,7 @@ __all__ = [
     "Config",
     "ConfigError",
     "DuplicateNameError",
+    "GracefulMiddleware",
     "HookResult",
     "Lifecycle",
     "LifecycleSignal",
@@ -44,6 +46,7 @@ __all__ = [
     "cleanup_task",
     "default_lifecycle",
     "liveness_check",
+    "path_prefixes",
     "post_start_hook",
     "pre_shutdown_hook",
     "readiness_check",
