@@ -45,9 +45,11 @@ The response iterable: the app's own is wrapped in a small object whose
 request's count, however often the server calls it. One exception keeps the
 server's ``sendfile`` fast path: when the app returns an instance of the
 server's ``environ["wsgi.file_wrapper"]`` class (Gunicorn's and wsgiref's
-are such classes), that very object is returned, with its ``close``
-attribute replaced by one that also ends the count; should the object refuse
-the attribute, it is wrapped like any other.
+are such classes; the class is read from the first request's environ), that
+very object is returned, with its ``close`` attribute replaced by one that
+also ends the count; should the object refuse the attribute, it is wrapped
+like any other. A list response is copied into a list subclass, so ``len()``
+still works (wsgiref sets ``Content-Length`` from it).
 
 Cost per request: a ``PATH_INFO`` lookup, two environ writes, an ``Event``
 read, the admission limit read, a lock-free wait-group ``add``/``done`` and one
@@ -306,7 +308,7 @@ class GracefulMiddleware:
         except BaseException:
             self._done()
             raise
-        # _in_flight(result, self._done, environ), inlined: a call less per request.
+        # What _in_flight() does, inlined (a call less per request), with the remembered file_wrapper.
         kind = type(result)
         if kind is list:
             listed = _InFlightList(result)

@@ -523,23 +523,36 @@ class TestInFlight:
 
     def test_file_wrapper_returned_as_is(self, lifecycle: Lifecycle) -> None:
         """The server's own file_wrapper object comes back unwrapped (sendfile), and close() releases."""
-        stream = io.BytesIO(b"file body")
+        streams: list[io.BytesIO] = []
 
         def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
             start_response("200 OK", [])
-            wrapped: Iterable[bytes] = environ["wsgi.file_wrapper"](stream)
+            streams.append(io.BytesIO(b"file body"))
+            wrapped: Iterable[bytes] = environ["wsgi.file_wrapper"](streams[-1])
             return wrapped
 
-        captured = Captured()
-        environ = environ_for("/")
-        environ["wsgi.file_wrapper"] = wsgiref.util.FileWrapper
-        result = GracefulMiddleware(app, lifecycle)(environ, captured)
-        assert type(result) is wsgiref.util.FileWrapper
-        assert lifecycle.in_flight.count == 1
-        assert finish(result) == b"file body"
-        result.close()
-        assert stream.closed
+        mw = GracefulMiddleware(app, lifecycle)
+        for _ in range(2):  # the first response, and one after the middleware learnt the class
+            environ = environ_for("/")
+            environ["wsgi.file_wrapper"] = wsgiref.util.FileWrapper
+            result = mw(environ, Captured())
+            assert type(result) is wsgiref.util.FileWrapper
+            assert lifecycle.in_flight.count == 1
+            assert finish(result) == b"file body"
+            result.close()
+            assert streams[-1].closed
+            assert lifecycle.in_flight.count == 0
+
+    def test_other_responses_after_a_file_wrapper(self, lifecycle: Lifecycle) -> None:
+        """Generators and lists after a file_wrapper response are wrapped and released as usual."""
+        app = Recorder(lifecycle)
+        mw = GracefulMiddleware(app, lifecycle)
+        for _ in range(2):
+            environ = environ_for("/")
+            environ["wsgi.file_wrapper"] = wsgiref.util.FileWrapper
+            assert finish(mw(environ, Captured())) == b"chunk0chunk1"
         assert lifecycle.in_flight.count == 0
+        assert app.closed == 2
 
     def test_file_wrapper_with_slots_is_wrapped(self, lifecycle: Lifecycle) -> None:
         """A file_wrapper class that refuses a new close attribute is wrapped like any iterable."""

@@ -51,8 +51,10 @@ class TestDistributions:
         env_dir = tmp_path / "venv"
         venv.create(env_dir, with_pip=True)
         python = env_dir / "bin" / "python"
+        subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", str(wheel)], check=True, timeout=300)
         # The dependencies come from this test environment (no download): a .pth adds the
-        # folders they live in, after the new venv's own site-packages, where the wheel goes.
+        # folders they live in, after the new venv's own site-packages, where the wheel went.
+        # Added after the install, so pip does not take this environment's graceful for it.
         import gunicorn
         import werkzeug
         import yaml
@@ -65,7 +67,6 @@ class TestDistributions:
         ).stdout.strip()
         folders = {str(Path(m.__file__).resolve().parent.parent) for m in (gunicorn, werkzeug, yaml)}
         (Path(site) / "deps.pth").write_text("\n".join(sorted(folders)) + "\n")
-        subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", str(wheel)], check=True, timeout=300)
         # Run from an empty folder so the source tree is not what gets imported.
         probe = "import graceful, graceful.conf, pathlib; print(pathlib.Path(graceful.__file__).parent)"
         where = subprocess.run([str(python), "-c", probe], cwd=tmp_path, capture_output=True, text=True, check=True)
