@@ -54,10 +54,13 @@ class SafeWaitGroup:
 
     def done(self) -> None:
         """Mark one unit of work finished; raise ``ValueError`` if none was added."""
+        # _release inlined: this runs once per request.
         try:
-            self._release()
+            self._tokens.pop()
         except IndexError:
             raise ValueError("SafeWaitGroup.done() called more often than add()") from None
+        if self._waiting and not self._tokens:
+            self._drained.set()
 
     def _release(self) -> None:
         self._tokens.pop()
