@@ -36,7 +36,7 @@ from typing import Any
 from graceful._default import default_lifecycle
 from graceful.config import BUDGET_MARGIN, ConfigError
 from graceful.gunicorn_master import MasterShutdown
-from graceful.gunicorn_worker import WorkerShutdown
+from graceful.gunicorn_worker import WorkerShutdown, check_graceful_timeout
 
 __all__ = [
     "graceful_timeout",
@@ -65,19 +65,14 @@ def _check_settings(server: Any) -> None:
     lifecycle = default_lifecycle
     config = lifecycle.config
     chosen = float(server.cfg.graceful_timeout)
-    cleanup = max(lifecycle.longest_cleanup_timeout(), config.hook_timeout)
-    needed = config.drain_timeout + cleanup
     first_half = max(config.shutdown_delay, lifecycle.longest_pre_shutdown_timeout())
     try:
         lifecycle.check_budget()
     except ConfigError as exc:
         raise RuntimeError(f"graceful: {exc}") from None
-    if chosen < needed:
-        raise RuntimeError(
-            f"graceful: Gunicorn's graceful_timeout {chosen:g}s is shorter than drain_timeout"
-            f" {config.drain_timeout:g}s + longest cleanup task {cleanup:g}s = {needed:g}s:"
-            " workers would be killed mid-drain; raise graceful_timeout or leave it unset"
-        )
+    # Cleanup tasks the app registers later get hook_timeout unless they say otherwise.
+    cleanup = max(lifecycle.longest_cleanup_timeout(), config.hook_timeout)
+    check_graceful_timeout(chosen, config.drain_timeout, cleanup)
     if first_half + chosen > config.grace_period:
         raise RuntimeError(
             f"graceful: max(shutdown_delay, longest pre-shutdown hook) {first_half:g}s + Gunicorn's"

@@ -40,7 +40,7 @@ from graceful.shared import SharedState
 #: Upper bound (s) on waiting for a worker's own accept queue to empty (reuse_port).
 QUEUE_DRAIN_TIMEOUT = 5.0
 
-__all__ = ["WorkerShutdown"]
+__all__ = ["WorkerShutdown", "check_graceful_timeout"]
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +48,21 @@ _IN_WORKER = (
     "a Gunicorn worker: pre-shutdown hooks run once per server, in the master, so register them"
     " in the Gunicorn config file (after `from graceful.conf import *`), or set preload_app = True"
 )
+
+
+def check_graceful_timeout(graceful_timeout: float, drain_timeout: float, longest_cleanup: float) -> None:
+    """Raise RuntimeError (Gunicorn prints it) when the master would kill a worker mid-drain or mid-cleanup.
+
+    The master checks at start-up with the tasks it can see; each worker checks
+    again once its app has registered its own.
+    """
+    needed = drain_timeout + longest_cleanup
+    if graceful_timeout < needed:
+        raise RuntimeError(
+            f"graceful: Gunicorn's graceful_timeout {graceful_timeout:g}s is shorter than drain_timeout"
+            f" {drain_timeout:g}s + longest cleanup task {longest_cleanup:g}s = {needed:g}s: workers would be"
+            " killed mid-drain; raise graceful_timeout (or leave it unset) or lower them"
+        )
 
 
 class WorkerShutdown:
@@ -76,13 +91,9 @@ class WorkerShutdown:
         """``post_worker_init``: check the budget, wrap the app, start hooks and the watch thread."""
         lifecycle = self.lifecycle
         lifecycle.check_budget()
-        needed = lifecycle.config.drain_timeout + lifecycle.longest_cleanup_timeout()
-        if needed > self.graceful_timeout:
-            raise RuntimeError(
-                f"graceful: Gunicorn's graceful_timeout {self.graceful_timeout:g}s is shorter than"
-                f" drain_timeout {lifecycle.config.drain_timeout:g}s + longest cleanup task"
-                f" {lifecycle.longest_cleanup_timeout():g}s = {needed:g}s: raise graceful_timeout or lower them"
-            )
+        check_graceful_timeout(
+            self.graceful_timeout, lifecycle.config.drain_timeout, lifecycle.longest_cleanup_timeout()
+        )
         self.worker.wsgi = GracefulMiddleware(self.worker.wsgi, lifecycle)
         self._guard_accept()
         self._record_term()
