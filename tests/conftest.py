@@ -16,6 +16,17 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+
+#: The timeline in default mode when the pre-shutdown hooks end before the delay does.
+QUICK_HOOKS_ORDER = [
+    "ShutdownInitiated",
+    "PreShutdownHooksStopped",
+    "AfterShutdownDelayDuration",
+    "NotAcceptingNewRequests",
+    "HTTPServerStoppedListening",
+    "InFlightRequestsDrained",
+    "CleanupFinished",
+]
 LIVE = Path(__file__).resolve().parent / "live"
 
 

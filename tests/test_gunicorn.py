@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.conftest import ROOT, Processes
+from tests.conftest import QUICK_HOOKS_ORDER, ROOT, Processes
 
 pytestmark = [pytest.mark.e2e, pytest.mark.gunicorn]
 
@@ -220,15 +220,7 @@ class TestTimeline:
         server = gunicorn("sync", config=str(LIVE / "gunicorn_conf.py"))
         server.term()
         assert server.exit_code() == 0
-        assert server.master_signals() == [
-            "ShutdownInitiated",
-            "PreShutdownHooksStopped",
-            "AfterShutdownDelayDuration",
-            "NotAcceptingNewRequests",
-            "HTTPServerStoppedListening",
-            "InFlightRequestsDrained",
-            "CleanupFinished",
-        ]
+        assert server.master_signals() == QUICK_HOOKS_ORDER
         assert server.matching(r"pre-shutdown deregister") == [
             f"pre-shutdown deregister pid={server.proc.pid} ppid={os.getpid()}"
         ]
@@ -438,15 +430,7 @@ class TestSystemd:
         assert messages[1] == "STOPPING=1"
         statuses = [m for m in messages if m.startswith("STATUS=graceful")]
         # From the master only: one line per phase, none from the workers.
-        assert statuses == [
-            "STATUS=graceful: ShutdownInitiated",
-            "STATUS=graceful: PreShutdownHooksStopped",
-            "STATUS=graceful: AfterShutdownDelayDuration",
-            "STATUS=graceful: NotAcceptingNewRequests",
-            "STATUS=graceful: HTTPServerStoppedListening",
-            "STATUS=graceful: InFlightRequestsDrained",
-            "STATUS=graceful: CleanupFinished",
-        ]
+        assert statuses == [f"STATUS=graceful: {name}" for name in QUICK_HOOKS_ORDER]
 
 
 class TestWorkerBudget:

@@ -24,23 +24,14 @@ from graceful.lifecycle import Lifecycle
 from graceful.listeners import accept_queue_length
 from graceful.middleware import GracefulMiddleware
 from graceful.server import AppImportError, GracefulServer, load_app, wrap_app
-from tests.conftest import ROOT, Processes
+from tests.conftest import QUICK_HOOKS_ORDER, ROOT, Processes
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
 
 CONSOLE_SCRIPT = str(Path(sys.executable).with_name("graceful"))
 TEST_APP = "tests.live.server_app:app"
-DEFAULT_ORDER = [
-    "HasBeenReady",
-    "ShutdownInitiated",
-    "PreShutdownHooksStopped",
-    "AfterShutdownDelayDuration",
-    "NotAcceptingNewRequests",
-    "HTTPServerStoppedListening",
-    "InFlightRequestsDrained",
-    "CleanupFinished",
-]
+DEFAULT_ORDER = ["HasBeenReady", *QUICK_HOOKS_ORDER]
 RETRY_AFTER_ORDER = [
     "HasBeenReady",
     "ShutdownInitiated",

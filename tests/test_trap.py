@@ -9,7 +9,7 @@ import time
 import pytest
 
 from graceful.trap import SignalTrap
-from tests.conftest import Processes, read_until
+from tests.conftest import QUICK_HOOKS_ORDER, Processes, read_until
 
 
 class TestInjected:
@@ -77,15 +77,7 @@ class TestRealSignals:
         proc.send_signal(signal.SIGTERM)
         lines = read_until(proc, "exiting")
         assert proc.wait(30) == 0
-        assert [line for line in lines if not line.startswith(("INFO", "WARNING", "exiting"))] == [
-            "ShutdownInitiated",
-            "PreShutdownHooksStopped",
-            "AfterShutdownDelayDuration",
-            "NotAcceptingNewRequests",
-            "HTTPServerStoppedListening",
-            "InFlightRequestsDrained",
-            "CleanupFinished",
-        ]
+        assert [line for line in lines if not line.startswith(("INFO", "WARNING", "exiting"))] == QUICK_HOOKS_ORDER
 
     def test_second_signal_exits_one_at_once(self, processes: Processes) -> None:
         """A second SIGTERM during a slow pre-shutdown hook exits 1 well before the hook ends."""
