@@ -25,7 +25,15 @@ if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIEnvironment
 
 lifecycle = graceful.default_lifecycle
-lifecycle.subscribe(lambda name, _at: print(f"SIGNAL {name}", flush=True))
+
+
+def say(line: str) -> None:
+    """Print one line with a single write: print() writes the text and the newline
+    separately, so a log line on the merged stderr could land between them."""
+    os.write(1, (line + "\n").encode())
+
+
+lifecycle.subscribe(lambda name, _at: say(f"SIGNAL {name}"))
 _pre_shutdown_seconds = float(os.environ.get("SERVER_APP_PRE_SHUTDOWN", "0.1"))
 
 
@@ -38,13 +46,13 @@ def announce() -> None:
 @graceful.post_start_hook("warm-up")
 def warm_up() -> None:
     """Mark start-up as done."""
-    print("POST-START", flush=True)
+    say("POST-START")
 
 
 @graceful.cleanup_task("flush", timeout=5)
 def flush() -> None:
     """Record that cleanup ran (the test counts these lines)."""
-    print("CLEANUP", flush=True)
+    say("CLEANUP")
 
 
 def _stream(chunks: int, interval: float) -> Iterator[bytes]:

@@ -18,7 +18,16 @@ from graceful.trap import SignalTrap
 logging.basicConfig(stream=sys.stdout, level=logging.INFO, format="%(levelname)s %(message)s")
 mode = sys.argv[1]
 lifecycle = Lifecycle(Config(shutdown_delay=0.2, drain_timeout=1, hook_timeout=1, grace_period=10))
-lifecycle.subscribe(lambda name, _t: print(name, flush=True))
+
+
+def say(line: str) -> None:
+    """Print one line with a single write, so a log line from another thread cannot
+    land between the text and its newline (print() writes them separately)."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+lifecycle.subscribe(lambda name, _t: say(name))
 forever = threading.Event()
 
 if mode == "hung-cleanup":
@@ -30,9 +39,9 @@ if mode == "slow-pre":
     lifecycle.configure(Config(shutdown_delay=5, drain_timeout=1, hook_timeout=1, grace_period=15))
 
 trap = SignalTrap(lambda _signum: lifecycle.request_shutdown()).install()
-print("ready", flush=True)
+say("ready")
 while not lifecycle.cleanup_finished.event.wait(1.0):
     pass
 trap.uninstall()
-print("exiting", flush=True)
+say("exiting")
 lifecycle.exit(0)
