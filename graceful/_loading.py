@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from graceful import _default
 from graceful.lifecycle import Lifecycle
-from graceful.middleware import GracefulMiddleware
+from graceful.middleware import GracefulMiddleware, as_middleware
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
@@ -102,8 +102,9 @@ def _find_middleware(app: object) -> GracefulMiddleware | None:
     for start in (app, getattr(app, "wsgi_app", None)):
         current = start
         for _ in range(8):  # a chain of wrappers, each keeping the next in .app (ProxyFix, ...)
-            if isinstance(current, GracefulMiddleware):
-                return current
+            found = as_middleware(current)
+            if found is not None:
+                return found
             current = getattr(current, "app", None)
             if current is None:
                 break

@@ -13,7 +13,9 @@ or, with an app factory::
         return app
 
 ``init_app`` wraps ``app.wsgi_app`` in :class:`graceful.middleware.GracefulMiddleware`
-(``/livez``, ``/readyz``, ``/healthz``, admission, the in-flight count),
+(``/livez``, ``/readyz``, ``/healthz``, admission, the in-flight count) and
+installs the middleware's bound ``__call__`` as ``app.wsgi_app`` (the
+middleware object itself: ``Graceful.middleware(app)``),
 configures the lifecycle from ``GRACEFUL_*`` settings and stores the extension
 in ``app.extensions["graceful"]``. The extension keeps no reference to any app.
 
@@ -124,9 +126,10 @@ class Graceful:
         if EXTENSION_KEY in app.extensions:
             raise RuntimeError(f"{app.name!r} already has a Graceful extension (app.extensions[{EXTENSION_KEY!r}])")
         self.lifecycle.configure(Config.load(mapping=app.config, **self._settings))
-        app.wsgi_app = GracefulMiddleware(  # type: ignore[method-assign]
-            app.wsgi_app, self.lifecycle, **self._middleware_options
-        )
+        middleware = GracefulMiddleware(app.wsgi_app, self.lifecycle, **self._middleware_options)
+        # Its bound __call__, not the object: Flask.__call__ then calls a method, which CPython
+        # calls faster than an object's __call__ (once per request). See middleware().
+        app.wsgi_app = middleware.__call__  # type: ignore[method-assign]
         app.extensions[EXTENSION_KEY] = self
 
     def middleware(self, app: Flask) -> GracefulMiddleware:

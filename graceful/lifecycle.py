@@ -167,6 +167,7 @@ class Lifecycle:
         self.run_pre_shutdown_hooks = run_pre_shutdown_hooks
         self.registry = Registry()
         self.in_flight = SafeWaitGroup()
+        # Read directly by GracefulMiddleware on every request (a property call costs more).
         self._admission: AdmissionLimit | None = None
         self._listeners: list[SignalListener] = []
         self._lock = threading.Lock()

@@ -51,11 +51,11 @@ also ends the count; should the object refuse the attribute, it is wrapped
 like any other. A list response is copied into a list subclass, so ``len()``
 still works (wsgiref sets ``Content-Length`` from it).
 
-Cost per request: a ``PATH_INFO`` lookup, two environ writes, an ``Event``
-read, the admission limit read, a lock-free wait-group ``add``/``done`` and one
-small object (``python bench/middleware.py`` measures it). Thread-safe;
-under Gunicorn every worker process wraps its own copy of the app and counts
-its own requests.
+Cost per request: a ``PATH_INFO`` lookup, two environ writes, two attribute
+reads (has NotAcceptingNewRequests fired, the admission limit), a lock-free
+wait-group ``add``/``done`` and one small object (``python bench/middleware.py``
+measures it). Thread-safe; under Gunicorn every worker process wraps its own
+copy of the app and counts its own requests.
 """
 
 from __future__ import annotations
@@ -80,6 +80,7 @@ __all__ = [
     "SHUTTING_DOWN_KEY",
     "GracefulMiddleware",
     "LongRunning",
+    "as_middleware",
     "find_middleware",
     "path_prefixes",
 ]
@@ -268,8 +269,8 @@ class GracefulMiddleware:
         # process). Were it to change, file wrappers would merely be wrapped, losing sendfile.
         self._file_wrapper: object = _UNSEEN
         # Bound once: the hot path below reads only locals and these.
-        self._shutting_down = self.lifecycle.not_accepting_new_requests.event
-        self._not_accepting = self._shutting_down.is_set
+        self._not_accepting = self.lifecycle.not_accepting_new_requests
+        self._shutting_down = self._not_accepting.event
         self._add = self.lifecycle.in_flight.add
         self._done = self.lifecycle.in_flight.done
 
@@ -291,12 +292,16 @@ class GracefulMiddleware:
             health = False
         if health:
             return self._health(environ, start_response, path)
-        if self._not_accepting() and lifecycle.config.send_retry_after:
+        # fired_at, a plain attribute, is set as the signal fires: cheaper than Event.is_set().
+        if self._not_accepting.fired_at is not None and lifecycle.config.send_retry_after:
             return _reply(environ, start_response, 429, _SHUTTING_DOWN, str(lifecycle.config.retry_after))
         long_running = self.long_running
         if long_running is not None and self._is_long_running(long_running, environ):
             return self.app(environ, start_response)
-        admission = lifecycle.admission
+        # The limit as resolved, read without the property's call; None until the config is loaded.
+        admission = lifecycle._admission
+        if admission is None:
+            admission = lifecycle.admission
         if admission.limit:
             return self._call_limited(environ, start_response, admission)
         try:
@@ -385,10 +390,9 @@ def find_middleware(app: object, lifecycle: Lifecycle) -> GracefulMiddleware | N
     """
     node: object = app
     for _ in range(16):  # a chain of middlewares, not a cycle
-        if isinstance(node, MethodType) and isinstance(node.__self__, GracefulMiddleware):
-            node = node.__self__  # installed as its bound __call__
-        if isinstance(node, GracefulMiddleware):
-            return node if node.lifecycle is lifecycle else None
+        found = as_middleware(node)
+        if found is not None:
+            return found if found.lifecycle is lifecycle else None
         try:
             inside = getattr(node, "wsgi_app", None)
             if inside is None:
@@ -399,6 +403,14 @@ def find_middleware(app: object, lifecycle: Lifecycle) -> GracefulMiddleware | N
             return None
         node = inside
     return None
+
+
+def as_middleware(node: object) -> GracefulMiddleware | None:
+    """``node`` if it is a :class:`GracefulMiddleware`, its middleware if it is one's bound
+    ``__call__`` (as ``graceful.flask.Graceful`` installs it), else None."""
+    if isinstance(node, MethodType) and node.__func__ is GracefulMiddleware.__call__:
+        node = node.__self__
+    return node if isinstance(node, GracefulMiddleware) else None
 
 
 def _keep_file_wrapper(result: Iterable[bytes], release: Callable[[], None]) -> Iterable[bytes]:

@@ -17,7 +17,7 @@ from graceful import _default
 from graceful.config import Config, ConfigError
 from graceful.flask import Graceful
 from graceful.lifecycle import Lifecycle
-from graceful.middleware import GracefulMiddleware, path_prefixes
+from graceful.middleware import GracefulMiddleware, as_middleware, path_prefixes
 from graceful.registry import CLEANUP_TASK, LIVENESS_CHECK, POST_START_HOOK, PRE_SHUTDOWN_HOOK, READINESS_CHECK
 
 
@@ -75,9 +75,20 @@ class TestGraceful:
         app = make_app()
         ext = Graceful(app)
         assert app.extensions["graceful"] is ext
-        assert isinstance(app.wsgi_app, GracefulMiddleware)
-        assert app.wsgi_app.lifecycle is ext.lifecycle
+        assert ext.middleware(app).lifecycle is ext.lifecycle
         assert not hasattr(ext, "app")
+
+    def test_installed_as_the_middlewares_bound_call(self) -> None:
+        """app.wsgi_app is the middleware's bound __call__ (a cheaper call per request), wrapping Flask's own."""
+        app = make_app()
+        flask_wsgi_app = app.wsgi_app
+        ext = Graceful(app)
+        middleware = ext.middleware(app)
+        assert app.wsgi_app == middleware.__call__
+        assert middleware.app == flask_wsgi_app
+        assert as_middleware(app.wsgi_app) is middleware
+        assert as_middleware(flask_wsgi_app) is None
+        assert as_middleware(middleware._health) is None  # only __call__ stands for the middleware
 
     def test_middleware_lookup(self) -> None:
         """Graceful.middleware(app) finds the installed middleware, also behind ProxyFix."""
@@ -85,7 +96,8 @@ class TestGraceful:
         ext = Graceful(app)
         installed = app.wsgi_app
         app.wsgi_app = ProxyFix(app.wsgi_app)  # type: ignore[method-assign]
-        assert ext.middleware(app) is installed
+        assert ext.middleware(app) is as_middleware(installed)
+        assert isinstance(ext.middleware(app), GracefulMiddleware)
         with pytest.raises(LookupError):
             ext.middleware(make_app("other"))
 
@@ -139,7 +151,7 @@ class TestGraceful:
         app = make_app()
         ext = Graceful(app, long_running=path_prefixes("/stream"))
         outer = GracefulMiddleware(app, ext.lifecycle)
-        assert outer.inner is app.wsgi_app
+        assert outer.inner is ext.middleware(app)
         client = Client(outer)
         stream = client.get("/stream")
         assert ext.lifecycle.in_flight.count == 0
@@ -152,9 +164,8 @@ class TestGraceful:
     def test_check_options_passed_to_middleware(self) -> None:
         """check_timeout and check_cache_ttl reach the health checks."""
         app = make_app()
-        Graceful(app, check_timeout=0.5, check_cache_ttl=2)
-        assert isinstance(app.wsgi_app, GracefulMiddleware)
-        assert (app.wsgi_app.health.check_timeout, app.wsgi_app.health.check_cache_ttl) == (0.5, 2)
+        health = Graceful(app, check_timeout=0.5, check_cache_ttl=2).middleware(app).health
+        assert (health.check_timeout, health.check_cache_ttl) == (0.5, 2)
 
 
 class TestFactory:

@@ -400,6 +400,16 @@ class TestAdmission:
         assert call(mw)[0].code == 429
         finish(held)
 
+    def test_limit_from_the_environment_applies_from_the_first_request(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A lifecycle whose config loads lazily (from GRACEFUL_*) limits from the very first request."""
+        monkeypatch.setenv("GRACEFUL_MAX_IN_FLIGHT", "1")
+        lifecycle = Lifecycle(clock=fake_clock())
+        mw = GracefulMiddleware(hello, lifecycle)
+        _, held = call(mw)
+        assert call(mw)[0].code == 429
+        finish(held)
+        assert lifecycle.admission.limit == 1
+
     @pytest.mark.parametrize("state", ["retry-after", "draining", "full"])
     def test_no_hop_by_hop_headers(self, state: str) -> None:
         """Graceful's own refusals carry no Connection (or other hop-by-hop) header."""
