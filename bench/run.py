@@ -73,8 +73,7 @@ def middleware_rows(rounds: int, number: int) -> list[Row]:
     """bench/middleware.py's two comparisons, as rows."""
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        middleware.compare("plain", middleware.plain_app, middleware.environ_for("/"), rounds, number)
-        middleware.compare("flask", middleware.flask_app(), middleware.environ_for("/"), rounds, max(1, number // 20))
+        middleware.compare_both(rounds, number)
     lines = {line.split()[0]: line for line in out.getvalue().splitlines() if line.strip()}
 
     def field(name: str, key: str) -> float:
