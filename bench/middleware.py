@@ -9,9 +9,14 @@ without and with ``graceful.flask.Graceful`` (one app, switched between the
 two; called as a server calls it, through ``Flask.__call__``). Bare and wrapped runs
 alternate, round by round, and each keeps its best round (timeit's advice:
 the minimum is the run least disturbed by the rest of the machine); the
-median is printed too, as a check on a noisy machine. Prints nanoseconds per
-request, the ratio and the nanoseconds added, for a plain WSGI function and a
-Flask hello-world app.
+median is printed too, as a check on a noisy machine. Each round averages
+the two sides over sixteen Python stack depths (see ``STACK_DEPTHS``): any
+extra layer moves where a deep app's frames sit in memory, which alone
+moved the Flask ratio between 1.02 and 1.05 from one process to the next.
+Prints nanoseconds per request, the ratio and the nanoseconds added, for a
+plain WSGI function and a Flask hello-world app, and the paired ratio: the
+median over rounds of wrapped / bare within one round, the steadiest of the
+three (bench/run.py reports it for Flask).
 
 Targets (DESIGN.md): at most 1 us added on the plain app, Flask slowed <= 3%.
 """
@@ -93,6 +98,19 @@ def serve_once(app: WSGIApplication, environ: dict[str, Any]) -> None:
             close()
 
 
+#: A round times each side at this many Python stack depths (0 to 15 frames deeper) and
+#: averages them: where the app's frames fall in memory moves a Flask request by
+#: up to 1 us either way, and one fixed depth would be a lucky or unlucky draw.
+STACK_DEPTHS = 16
+
+
+def _at_depth(depth: int, timeit_number: Callable[[int], float], number: int) -> float:
+    """``timeit_number(number)``, called ``depth`` Python frames deeper than here."""
+    if depth == 0:
+        return timeit_number(number)
+    return _at_depth(depth - 1, timeit_number, number)
+
+
 def compare(
     name: str,
     bare: WSGIApplication,
@@ -110,22 +128,29 @@ def compare(
         "bare": timeit.Timer(lambda: serve_once(bare, environ)),
         "wrapped": timeit.Timer(lambda: serve_once(wrapped, environ)),
     }
+    per_depth = max(1, number // STACK_DEPTHS)
     samples: dict[str, list[float]] = {key: [] for key in timers}
     for key, timer in timers.items():  # warm up
         if switch is not None:
             switch(key)
         timer.timeit(number // 10 or 1)
     for _ in range(rounds):
-        for key, timer in timers.items():
-            if switch is not None:
-                switch(key)
-            samples[key].append(timer.timeit(number) / number * 1e9)
+        total = dict.fromkeys(timers, 0.0)
+        for depth in range(STACK_DEPTHS):
+            for key in ("bare", "wrapped") if depth % 2 == 0 else ("wrapped", "bare"):
+                if switch is not None:
+                    switch(key)
+                total[key] += _at_depth(depth, timers[key].timeit, per_depth)
+        for key in timers:
+            samples[key].append(total[key] / (per_depth * STACK_DEPTHS) * 1e9)
     for label, pick in (("best", min), ("median", statistics.median)):
         bare_ns, wrapped_ns = pick(samples["bare"]), pick(samples["wrapped"])
         print(
             f"{name:<6} {label:<6} bare {bare_ns:8.0f} ns   wrapped {wrapped_ns:8.0f} ns"
             f"   ratio {wrapped_ns / bare_ns:.3f}   added {wrapped_ns - bare_ns:+6.0f} ns"
         )
+    paired = statistics.median(w / b for b, w in zip(samples["bare"], samples["wrapped"], strict=True))
+    print(f"{name:<6} paired ratio {paired:.3f} (median over rounds of wrapped / bare in the same round)")
 
 
 def main(argv: list[str] | None = None) -> None:
