@@ -173,17 +173,17 @@ class MasterShutdown:
         The master's listeners are shut down once their accept queues are
         empty; that stops every worker sharing them at once. Sockets another
         process also owns (a USR2 successor, systemd socket activation,
-        ``fd://``) are left alone: Gunicorn's stop() closes only our copies.
-        With reuse_port each worker closes its own listener and reports it.
+        ``fd://``) must stay open for it: each worker stops accepting on its
+        copies instead, and Gunicorn's stop() closes only ours. With
+        reuse_port each worker closes its own listener. Either way the
+        workers report, and the master waits for them (bounded).
         """
         server = self.server
         budget = self._remaining_budget(QUEUE_DRAIN_TIMEOUT)
-        if server.cfg.reuse_port and not server.LISTENERS:
+        if (server.cfg.reuse_port and not server.LISTENERS) or self._listeners_shared_with_others():
             self.shared.close_listeners.fire()
             if not self.shared.listeners_closed.wait_all(lambda: set(server.WORKERS), budget + 1):
-                logger.warning("graceful: not every worker closed its listener within %gs", budget + 1)
-            return
-        if self._listeners_shared_with_others():
+                logger.warning("graceful: not every worker stopped listening within %gs", budget + 1)
             return
         close_after_queue_drains(server.LISTENERS, budget)
 

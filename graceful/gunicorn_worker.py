@@ -20,6 +20,7 @@ Runs in a worker process, forked from the master with a copy of
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import math
@@ -39,6 +40,9 @@ from graceful.shared import SharedState
 
 #: Upper bound (s) on waiting for a worker's own accept queue to empty (reuse_port).
 QUEUE_DRAIN_TIMEOUT = 5.0
+#: How long (s) a worker that stopped accepting lets the connections it has just
+#: accepted send their request before it reports (a client sends at once).
+ACCEPTED_SETTLE = 0.05
 
 __all__ = ["WorkerShutdown", "check_graceful_timeout"]
 
@@ -48,6 +52,28 @@ _IN_WORKER = (
     "a Gunicorn worker: pre-shutdown hooks run once per server, in the master, so register them"
     " in the Gunicorn config file (after `from graceful.conf import *`), or set preload_app = True"
 )
+
+
+def _stop_accepting(worker: Any) -> None:
+    """Stop ``worker`` accepting on listeners shared with another master, leaving them open.
+
+    Thread ``graceful-watch`` of a worker. Only Gunicorn's gthread worker
+    before 24 needs it: when it stops, it drops connections it accepted but
+    has not read a request from, and the listeners stay open (the other master
+    serves them), so it would accept until its last moment. From 24 gthread
+    serves those connections as it stops; sync serves each one it accepts.
+    The listeners leave its poller under the worker's own lock, as Gunicorn
+    registers connections from other threads.
+    """
+    poller = getattr(worker, "poller", None)
+    lock = getattr(worker, "_lock", None)
+    if poller is None or lock is None or hasattr(worker, "set_accept_enabled"):
+        return
+    with lock:
+        for sock in worker.sockets:
+            with contextlib.suppress(KeyError, ValueError, OSError):  # not registered, or closed
+                poller.unregister(sock)
+    time.sleep(ACCEPTED_SETTLE)
 
 
 def check_graceful_timeout(graceful_timeout: float, drain_timeout: float, longest_cleanup: float) -> None:
@@ -151,12 +177,16 @@ class WorkerShutdown:
             # The master keeps the listeners open until every worker says it drained.
             lifecycle.in_flight.wait(lifecycle.config.drain_timeout)
             self.shared.drained.report(self.pid)
+        # The master says so when it cannot stop the listening itself (reuse_port, or listeners
+        # shared with another master); otherwise it never does, and this daemon thread waits on.
+        while not self.shared.close_listeners.is_fired(timeout=1.0):
+            pass
         if self.worker.cfg.reuse_port:
-            # This worker bound its own listener: it closes it when the master says so.
-            while not self.shared.close_listeners.is_fired(timeout=1.0):
-                pass
+            # This worker bound its own listener: it closes it once its queue is empty.
             close_after_queue_drains(self.worker.sockets, QUEUE_DRAIN_TIMEOUT)
-            self.shared.listeners_closed.report(self.pid)
+        else:
+            _stop_accepting(self.worker)
+        self.shared.listeners_closed.report(self.pid)
 
     def before_request(self, req: Any) -> None:
         """``pre_request`` (request thread): close the connection after this response once shutting down."""

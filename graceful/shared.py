@@ -6,13 +6,16 @@ only the master holds; firing closes it, and every worker waiting on the read
 end sees end-of-file at once. No polling, no shared memory to corrupt, and a
 worker forked after the fact sees it already fired.
 
-A third, HTTPServerStoppedListening, matters only with ``reuse_port``, where
-each worker binds its own listener and must close it itself.
+A third, HTTPServerStoppedListening, is for when the master cannot stop the
+listening itself: with ``reuse_port`` each worker binds its own listener and
+must close it; with listeners shared with another master (a USR2 successor,
+systemd, ``fd://``) they must stay open, and each worker stops accepting on
+its copies.
 
 Facts flow back through :class:`DrainReports` pipes, where workers write
 their pid: a worker has drained (send_retry_after mode, where the master keeps
 the listeners open until every worker is done), or has closed its own
-listeners (reuse_port).
+listeners or stopped accepting on them (reuse_port, shared listeners).
 
 Fork safety: the master fires broadcasts from its shutdown thread while its
 main thread may be forking a worker. ``os.register_at_fork`` holds a lock
@@ -104,12 +107,12 @@ class SharedState:
         self._fork_lock = threading.Lock()
         self.shutdown_initiated = Broadcast("ShutdownInitiated", self._fork_lock)
         self.not_accepting = Broadcast("NotAcceptingNewRequests", self._fork_lock)
-        #: reuse_port only: workers must close the listeners they bound themselves.
+        #: The workers stop listening themselves: reuse_port, or listeners shared with another master.
         self.close_listeners = Broadcast("HTTPServerStoppedListening", self._fork_lock)
         self._broadcasts = (self.shutdown_initiated, self.not_accepting, self.close_listeners)
         #: send_retry_after: each worker's pid once its requests are done.
         self.drained = DrainReports()
-        #: reuse_port: each worker's pid once its own listeners are closed.
+        #: Each worker's pid once it has stopped listening (after close_listeners).
         self.listeners_closed = DrainReports()
         os.register_at_fork(
             before=self._fork_lock.acquire,

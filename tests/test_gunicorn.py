@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -498,3 +499,74 @@ class TestReviewedEdges:
             futures = [pool.submit(get, server, "/slow?ms=300") for _ in range(6)]
             assert [f.result().status_code for f in futures] == [200] * 6
         assert server.exit_code() == 0
+
+
+def _gone(pid: int) -> bool:
+    """True once ``pid`` has exited (a zombie nobody reaped counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+def _stop_foreign_master(pid: int) -> None:
+    """TERM a master that is not our child (a USR2 successor), wait until it is gone, else KILL it."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 30
+    while not _gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if not _gone(pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("worker", ["sync", "gthread"])
+class TestBinaryUpgrade:
+    def test_usr2_then_term_to_the_old_master_loses_no_request(self, gunicorn, worker: str) -> None:  # type: ignore[no-untyped-def]
+        """USR2 starts a second master on the same sockets; TERM to the old one drains it and leaves them open.
+
+        Requests on new connections, sent before, during and after the old
+        master's shutdown, all succeed; one in flight at the TERM completes;
+        the new master serves alone once the old one has exited 0.
+        """
+        server = gunicorn(worker, env={"GRACEFUL_SHUTDOWN_DELAY": "1"})
+        old = server.proc.pid
+        server.proc.send_signal(signal.SIGUSR2)
+        new = 0
+        try:
+            starts = server.wait_for(r"\[(\d+)\] \[INFO\] Starting gunicorn", count=2)
+            new = int(re.findall(r"\[(\d+)\] \[INFO\] Starting gunicorn", starts[-1])[0])
+            assert new != old
+            server.wait_for(r"Booting worker with pid", count=4)  # two workers under each master
+            outcomes: list[str] = []
+            stop = threading.Event()
+
+            def load() -> None:
+                deadline = time.monotonic() + 60
+                while not stop.is_set() and len(outcomes) < 2000 and time.monotonic() < deadline:
+                    try:
+                        outcomes.append(str(requests.get(server.url + "/", timeout=10).status_code))
+                    except requests.RequestException as exc:
+                        outcomes.append(type(exc).__name__)
+                    time.sleep(0.01)
+
+            with ThreadPoolExecutor(2) as pool:
+                loader = pool.submit(load)
+                slow = pool.submit(get, server, "/slow?ms=1500")
+                time.sleep(0.3)
+                server.term()
+                assert server.proc.wait(60) == 0
+                sent_before_exit = len(outcomes)
+                time.sleep(1.0)  # the new master alone, on the same listener
+                stop.set()
+                loader.result()
+                assert slow.result().status_code == 200
+            assert sent_before_exit > 0 and len(outcomes) > sent_before_exit
+            assert [o for o in outcomes if o != "200"] == []
+            assert requests.get(server.url + "/readyz", timeout=10).status_code == 200
+            assert server.matching(rf"\[{old}\].*graceful: HTTPServerStoppedListening")
+        finally:
+            if new:
+                _stop_foreign_master(new)
