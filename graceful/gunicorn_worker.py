@@ -94,8 +94,17 @@ def check_graceful_timeout(graceful_timeout: float, drain_timeout: float, longes
 class WorkerShutdown:
     """One worker's shutdown; kept on the worker object as ``worker.graceful``."""
 
-    def __init__(self, worker: Any, lifecycle: Lifecycle, shared: SharedState, master_listener: SignalListener) -> None:
+    def __init__(
+        self,
+        worker: Any,
+        lifecycle: Lifecycle,
+        shared: SharedState,
+        master_listener: SignalListener,
+        own_listeners: bool = False,
+    ) -> None:
         self.worker = worker
+        #: True when this worker bound its listeners itself (reuse_port, Gunicorn 24+).
+        self.own_listeners = own_listeners
         self.pid = os.getpid()
         self.lifecycle = lifecycle
         self.shared = shared
@@ -181,8 +190,8 @@ class WorkerShutdown:
         # shared with another master); otherwise it never does, and this daemon thread waits on.
         while not self.shared.close_listeners.is_fired(timeout=1.0):
             pass
-        if self.worker.cfg.reuse_port:
-            # This worker bound its own listener: it closes it once its queue is empty.
+        if self.own_listeners:
+            # Nobody else accepts on them: close them once their queues are empty.
             close_after_queue_drains(self.worker.sockets, QUEUE_DRAIN_TIMEOUT)
         else:
             _stop_accepting(self.worker)

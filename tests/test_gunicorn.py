@@ -522,8 +522,8 @@ def _stop_foreign_master(pid: int) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-@pytest.mark.parametrize("worker", ["sync", "gthread"])
 class TestBinaryUpgrade:
+    @pytest.mark.parametrize("worker", ["sync", "gthread"])
     def test_usr2_then_term_to_the_old_master_loses_no_request(self, gunicorn, worker: str) -> None:  # type: ignore[no-untyped-def]
         """USR2 starts a second master on the same sockets; TERM to the old one drains it and leaves them open.
 
@@ -531,42 +531,57 @@ class TestBinaryUpgrade:
         master's shutdown, all succeed; one in flight at the TERM completes;
         the new master serves alone once the old one has exited 0.
         """
-        server = gunicorn(worker, env={"GRACEFUL_SHUTDOWN_DELAY": "1"})
-        old = server.proc.pid
-        server.proc.send_signal(signal.SIGUSR2)
-        new = 0
-        try:
-            starts = server.wait_for(r"\[(\d+)\] \[INFO\] Starting gunicorn", count=2)
-            new = int(re.findall(r"\[(\d+)\] \[INFO\] Starting gunicorn", starts[-1])[0])
-            assert new != old
-            server.wait_for(r"Booting worker with pid", count=4)  # two workers under each master
-            outcomes: list[str] = []
-            stop = threading.Event()
+        _upgrade_loses_nothing(gunicorn(worker, env={"GRACEFUL_SHUTDOWN_DELAY": "1"}))
 
-            def load() -> None:
-                deadline = time.monotonic() + 60
-                while not stop.is_set() and len(outcomes) < 2000 and time.monotonic() < deadline:
-                    try:
-                        outcomes.append(str(requests.get(server.url + "/", timeout=10).status_code))
-                    except requests.RequestException as exc:
-                        outcomes.append(type(exc).__name__)
-                    time.sleep(0.01)
+    @pytest.mark.skipif(_gunicorn_version() >= (24, 0), reason="Gunicorn 24+ cannot re-exec with reuse_port")
+    def test_usr2_with_reuse_port(self, gunicorn) -> None:  # type: ignore[no-untyped-def]
+        """The same with reuse_port before Gunicorn 24, where the workers share the master's sockets.
 
-            with ThreadPoolExecutor(2) as pool:
-                loader = pool.submit(load)
-                slow = pool.submit(get, server, "/slow?ms=1500")
-                time.sleep(0.3)
-                server.term()
-                assert server.proc.wait(60) == 0
-                sent_before_exit = len(outcomes)
-                time.sleep(1.0)  # the new master alone, on the same listener
-                stop.set()
-                loader.result()
-                assert slow.result().status_code == 200
-            assert sent_before_exit > 0 and len(outcomes) > sent_before_exit
-            assert [o for o in outcomes if o != "200"] == []
-            assert requests.get(server.url + "/readyz", timeout=10).status_code == 200
-            assert server.matching(rf"\[{old}\].*graceful: HTTPServerStoppedListening")
-        finally:
-            if new:
-                _stop_foreign_master(new)
+        They are shared with the new master too: each worker stops accepting,
+        none is shut down. (From 24, reuse_port gives each worker sockets of its
+        own, and USR2 fails in Gunicorn itself: the new master finds GUNICORN_FD
+        empty and exits.)
+        """
+        _upgrade_loses_nothing(gunicorn("gthread", env={"GRACEFUL_SHUTDOWN_DELAY": "1"}, args=("--reuse-port",)))
+
+
+def _upgrade_loses_nothing(server: Server) -> None:
+    """USR2, load on new connections, TERM to the old master: assert no request failed (see TestBinaryUpgrade)."""
+    old = server.proc.pid
+    server.proc.send_signal(signal.SIGUSR2)
+    new = 0
+    try:
+        starts = server.wait_for(r"\[(\d+)\] \[INFO\] Starting gunicorn", count=2)
+        new = int(re.findall(r"\[(\d+)\] \[INFO\] Starting gunicorn", starts[-1])[0])
+        assert new != old
+        server.wait_for(r"Booting worker with pid", count=4)  # two workers under each master
+        outcomes: list[str] = []
+        stop = threading.Event()
+
+        def load() -> None:
+            deadline = time.monotonic() + 60
+            while not stop.is_set() and len(outcomes) < 2000 and time.monotonic() < deadline:
+                try:
+                    outcomes.append(str(requests.get(server.url + "/", timeout=10).status_code))
+                except requests.RequestException as exc:
+                    outcomes.append(type(exc).__name__)
+                time.sleep(0.01)
+
+        with ThreadPoolExecutor(2) as pool:
+            loader = pool.submit(load)
+            slow = pool.submit(get, server, "/slow?ms=1500")
+            time.sleep(0.3)
+            server.term()
+            assert server.proc.wait(60) == 0
+            sent_before_exit = len(outcomes)
+            time.sleep(1.0)  # the new master alone, on the same listener
+            stop.set()
+            loader.result()
+            assert slow.result().status_code == 200
+        assert sent_before_exit > 0 and len(outcomes) > sent_before_exit
+        assert [o for o in outcomes if o != "200"] == []
+        assert requests.get(server.url + "/readyz", timeout=10).status_code == 200
+        assert server.matching(rf"\[{old}\].*graceful: HTTPServerStoppedListening")
+    finally:
+        if new:
+            _stop_foreign_master(new)
