@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from graceful import _default
 from graceful.lifecycle import Lifecycle
-from graceful.middleware import GracefulMiddleware, as_middleware
+from graceful.middleware import GracefulMiddleware, find_middleware
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
@@ -97,20 +97,6 @@ class _MarkAdmitted:
         return self.app(environ, start_response)
 
 
-def _find_middleware(app: object) -> GracefulMiddleware | None:
-    """The GracefulMiddleware ``app`` is, or has as its Flask ``wsgi_app`` (looking through ``.app`` wrappers)."""
-    for start in (app, getattr(app, "wsgi_app", None)):
-        current = start
-        for _ in range(8):  # a chain of wrappers, each keeping the next in .app (ProxyFix, ...)
-            found = as_middleware(current)
-            if found is not None:
-                return found
-            current = getattr(current, "app", None)
-            if current is None:
-                break
-    return None
-
-
 def wrap_app(app: WSGIApplication, lifecycle: Lifecycle | None = None) -> tuple[WSGIApplication, Lifecycle]:
     """Return ``app`` ready for :class:`GracefulServer` and the lifecycle that drives it.
 
@@ -123,7 +109,7 @@ def wrap_app(app: WSGIApplication, lifecycle: Lifecycle | None = None) -> tuple[
     when ``lifecycle`` differs from the one the app is already wrapped with.
     Main thread, at start-up.
     """
-    found = _find_middleware(app)
+    found = find_middleware(app)
     if found is None:
         extensions = getattr(app, "extensions", None)
         extension = extensions.get("graceful") if isinstance(extensions, dict) else None

@@ -380,19 +380,20 @@ class GracefulMiddleware:
         return _reply(environ, start_response, response.status, body)
 
 
-def find_middleware(app: object, lifecycle: Lifecycle) -> GracefulMiddleware | None:
+def find_middleware(app: object, lifecycle: Lifecycle | None = None) -> GracefulMiddleware | None:
     """Return the :class:`GracefulMiddleware` of ``lifecycle`` that ``app`` is or holds, else None.
 
     Looks through a Flask app's ``wsgi_app`` and a middleware's ``app``
     attributes (Werkzeug's middlewares keep it there), at most 16 deep; stops
-    at a GracefulMiddleware of another lifecycle. The Gunicorn integration can
-    use it to wrap an app only when it has no middleware of its own.
+    at the first GracefulMiddleware, which must be of ``lifecycle`` (of any
+    lifecycle when None). The Gunicorn integration can use it to wrap an app
+    only when it has no middleware of its own.
     """
     node: object = app
     for _ in range(16):  # a chain of middlewares, not a cycle
         found = as_middleware(node)
         if found is not None:
-            return found if found.lifecycle is lifecycle else None
+            return found if lifecycle is None or found.lifecycle is lifecycle else None
         try:
             inside = getattr(node, "wsgi_app", None)
             if inside is None:
