@@ -429,7 +429,31 @@ def _gunicorn_supports(setting: str) -> bool:
     return any(known.name == setting for known in KNOWN_SETTINGS)
 
 
-class Gunicorn:
+class Managed:
+    """A process the harness started (its own process group) and whose output it tails."""
+
+    #: How many output lines ``log()`` gives by default.
+    log_lines = 60
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen[str] | None = None
+        self.output: OutputTail | None = None
+
+    def kill(self) -> None:
+        """SIGKILL its whole process group, if still running (teardown)."""
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+        if self.output is not None:
+            self.output.join()
+
+    def log(self, last: int | None = None) -> str:
+        """The last ``last`` lines of its output (``log_lines`` by default)."""
+        return self.output.text(last or self.log_lines) if self.output is not None else ""
+
+
+class Gunicorn(Managed):
     """One Gunicorn instance serving tests/live/load_app.py on 127.0.0.1:``port``.
 
     ``graceful=True`` runs it as ``gunicorn -c graceful/conf.py``; False, plain.
@@ -454,8 +478,7 @@ class Gunicorn:
         self.env = dict(env or {})
         self.args = list(args)
         self.name = name
-        self.proc: subprocess.Popen[str] | None = None
-        self.output: OutputTail | None = None
+        super().__init__()
         self.sigterm_at: float | None = None
         self.exited_at: float | None = None
 
@@ -515,19 +538,6 @@ class Gunicorn:
         assert self.proc.returncode is not None
         return self.proc.returncode
 
-    def kill(self) -> None:
-        """SIGKILL the whole process group, if still running (teardown)."""
-        if self.proc is not None and self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
-        if self.output is not None:
-            self.output.join()
-
-    def log(self, last: int = 60) -> str:
-        """The last lines of its output."""
-        return self.output.text(last) if self.output is not None else ""
-
 
 def find_haproxy() -> str | None:
     """The haproxy binary (``/usr/sbin`` is often not on a non-root PATH)."""
@@ -561,16 +571,17 @@ backend be
 """
 
 
-class HAProxy:
+class HAProxy(Managed):
     """HAProxy in the foreground, round-robin over ``backends``, health-checking ``/readyz``."""
+
+    log_lines = 40
 
     def __init__(self, starter: Starter, directory: Path, backends: Iterable[int], port: int | None = None) -> None:
         self.starter = starter
         self.directory = directory
         self.backends = list(backends)
         self.port = port or free_port()
-        self.proc: subprocess.Popen[str] | None = None
-        self.output: OutputTail | None = None
+        super().__init__()
 
     @property
     def url(self) -> str:
@@ -630,19 +641,6 @@ class HAProxy:
         if self.output is None:
             return None
         return self.output.first(rf"Server be/{self.server_name(index)} is {state}", after)
-
-    def kill(self) -> None:
-        """SIGKILL it, if still running (teardown)."""
-        if self.proc is not None and self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
-        if self.output is not None:
-            self.output.join()
-
-    def log(self, last: int = 40) -> str:
-        """The last lines of its output."""
-        return self.output.text(last) if self.output is not None else ""
 
 
 # -- scenarios ----------------------------------------------------------------------------

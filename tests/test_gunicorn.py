@@ -153,6 +153,16 @@ def get(server: Server, path: str, session: requests.Session | None = None) -> r
     return (session or requests).get(server.url + path, timeout=30)
 
 
+def _queued_at_the_stop_are_answered(server: Server) -> None:
+    """SIGTERM (delay 1 s), then 6 slow requests arriving just before the stop: all 200, exit 0."""
+    with ThreadPoolExecutor(6) as pool:
+        server.term()
+        time.sleep(0.7)  # arrive just before NotAcceptingNewRequests, to queue behind the busy worker
+        futures = [pool.submit(get, server, "/slow?ms=300") for _ in range(6)]
+        assert [f.result().status_code for f in futures] == [200] * 6
+    assert server.exit_code() == 0
+
+
 @pytest.mark.parametrize("worker", ["sync", "gthread"])
 class TestShutdownDelay:
     def test_readyz_fails_while_livez_and_requests_succeed(self, gunicorn, worker: str) -> None:  # type: ignore[no-untyped-def]
@@ -330,12 +340,7 @@ class TestConfigForms:
     def test_single_worker(self, gunicorn) -> None:  # type: ignore[no-untyped-def]
         """With one sync worker, requests queued behind a slow one at the stop are all answered."""
         server = gunicorn("sync", env={"GRACEFUL_SHUTDOWN_DELAY": "1"}, args=("-w", "1"))
-        with ThreadPoolExecutor(6) as pool:
-            server.term()
-            time.sleep(0.7)
-            futures = [pool.submit(get, server, "/slow?ms=300") for _ in range(6)]
-            assert [f.result().status_code for f in futures] == [200] * 6
-        assert server.exit_code() == 0
+        _queued_at_the_stop_are_answered(server)
 
 
 class TestListenerOptions:
@@ -493,12 +498,7 @@ class TestReviewedEdges:
     def test_reuse_port_requests_queued_at_the_stop_are_served(self, gunicorn) -> None:  # type: ignore[no-untyped-def]
         """reuse_port: each worker drains its own accept queue before closing it; queued requests are answered."""
         server = gunicorn("sync", env={"GRACEFUL_SHUTDOWN_DELAY": "1"}, args=("-w", "1", "--reuse-port"))
-        with ThreadPoolExecutor(6) as pool:
-            server.term()
-            time.sleep(0.7)
-            futures = [pool.submit(get, server, "/slow?ms=300") for _ in range(6)]
-            assert [f.result().status_code for f in futures] == [200] * 6
-        assert server.exit_code() == 0
+        _queued_at_the_stop_are_answered(server)
 
 
 def _gone(pid: int) -> bool:
