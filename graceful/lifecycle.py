@@ -118,8 +118,13 @@ class LifecycleSignal:
             self._event.set()
 
     def is_set(self) -> bool:
-        """True once fired."""
-        return self._event.is_set()
+        """True once fired: from the moment ``fire()`` records the time, before its listeners run.
+
+        So whoever learns of the signal from a listener (a log line, a systemd
+        status, a broadcast) finds it set. ``wait()`` and ``event`` waiters
+        return only after the listeners, as ``fire()`` says.
+        """
+        return self.fired_at is not None
 
     def fire(self) -> bool:
         """Fire the signal; return True for the call that fired it, False if it had fired.
