@@ -1,15 +1,24 @@
 """Closing listening sockets without resetting connections already queued on them.
 
 When the last copy of a listening socket closes, Linux resets every
-connection still waiting in its accept queue: those clients sent a request
-and get ``connection reset``. :func:`close_after_queue_drains` avoids that:
+connection still waiting in its accept queue, and every handshake still in
+progress: those clients sent a request and get ``connection reset``.
+:func:`close_after_queue_drains` avoids that:
 
-1. shrink the backlog (``listen(0)``), so few new connections can queue;
-2. wait, bounded, until the accept queue is empty, while the server keeps
-   accepting and serving what is there (Linux reports the queue length of a
-   listening socket in ``TCP_INFO``);
+1. stop new handshakes: a socket filter drops each new SYN, so no connection
+   starts on this socket any more (the client retries in a second and then
+   finds the port closed, or another listener on it); handshakes already
+   under way complete as usual;
+2. wait, bounded, until the handshakes under way have had time to complete
+   and the accept queue is empty, while the server keeps accepting and
+   serving what is there (Linux reports the queue length of a listening
+   socket in ``TCP_INFO``);
 3. ``shutdown()`` the socket: from now on every process sharing it stops
    listening at once, and new connections are refused.
+
+Shrinking the backlog instead (``listen(0)``) does not close the window: a
+client whose handshake completes while the queue is full believes it is
+connected, its request waits unanswered, and the shutdown resets it.
 
 Under Gunicorn this runs in the master (it shares the listening sockets with
 its workers) on the graceful-shutdown thread; in the single-process server,
@@ -18,14 +27,16 @@ on that server's shutdown thread.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import socket
 import struct
+import sys
 import threading
 import time
 from collections.abc import Iterable
 
-__all__ = ["accept_queue_length", "close_after_queue_drains"]
+__all__ = ["HANDSHAKE_SETTLE", "accept_queue_length", "close_after_queue_drains", "drop_new_handshakes"]
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +47,26 @@ _TCP_INFO_SIZE = 104
 # How often to look at the queue while it drains: the kernel offers no event
 # for "accept queue empty", so this is the one place graceful polls.
 _POLL_INTERVAL = 0.005
+# Seconds a handshake under way when new ones stop gets to complete: the
+# client's final ACK comes one round trip after our SYN-ACK, well under a
+# millisecond inside a cluster and a few across zones.
+HANDSHAKE_SETTLE = 0.05
+
+# SO_ATTACH_FILTER from <asm-generic/socket.h>; Python's socket module lacks it.
+_SO_ATTACH_FILTER = 26
+# Classic BPF, run on each packet reaching the listener with the TCP header
+# first: load the flags byte; SYN without ACK (a new handshake) -> drop,
+# anything else (the ACK that completes a handshake) -> keep. Sockets accepted
+# later inherit the filter; it never matches on an established connection.
+_TCP_FLAGS_OFFSET = 13
+_SYN, _ACK = 0x02, 0x10
+_DROP_NEW_HANDSHAKES = (
+    (0x30, 0, 0, _TCP_FLAGS_OFFSET),  # BPF_LD | BPF_B | BPF_ABS: A = flags
+    (0x54, 0, 0, _SYN | _ACK),  # BPF_ALU | BPF_AND | BPF_K: A &= SYN|ACK
+    (0x15, 0, 1, _SYN),  # BPF_JMP | BPF_JEQ | BPF_K: A == SYN ? next : skip one
+    (0x06, 0, 0, 0),  # BPF_RET | BPF_K: drop
+    (0x06, 0, 0, 0xFFFFFFFF),  # BPF_RET | BPF_K: keep the whole packet
+)
 
 
 def accept_queue_length(sock: socket.socket) -> int | None:
@@ -51,6 +82,26 @@ def accept_queue_length(sock: socket.socket) -> int | None:
     return int(struct.unpack_from("I", info, _TCPI_UNACKED_OFFSET)[0])
 
 
+def drop_new_handshakes(sock: socket.socket) -> bool:
+    """Make the kernel drop new connection attempts (SYNs) to listening ``sock``.
+
+    Handshakes already under way and connections already queued are not
+    affected. Returns False where this cannot be done (not Linux, not TCP).
+    """
+    if sys.platform != "linux" or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return False
+    code = b"".join(struct.pack("HBBI", *instruction) for instruction in _DROP_NEW_HANDSHAKES)
+    program = ctypes.create_string_buffer(code, len(code))
+    # struct sock_fprog {unsigned short len; struct sock_filter *filter;}; the kernel copies the program.
+    fprog = struct.pack("HP", len(_DROP_NEW_HANDSHAKES), ctypes.addressof(program))
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, _SO_ATTACH_FILTER, fprog)
+    except OSError as exc:
+        logger.debug("graceful: cannot filter new handshakes on %r: %s", sock, exc)
+        return False
+    return True
+
+
 def close_after_queue_drains(sockets: Iterable[socket.socket], timeout: float) -> int:
     """Stop listening on ``sockets`` once their accept queues are empty (or after ``timeout`` s).
 
@@ -60,15 +111,13 @@ def close_after_queue_drains(sockets: Iterable[socket.socket], timeout: float) -
     (its owner closes the file descriptor as usual).
     """
     socks = list(sockets)
-    for sock in socks:
-        try:
-            sock.listen(0)
-        except OSError:  # already closed or not listening: nothing to shrink
-            continue
-    deadline = time.monotonic() + timeout
+    filtered = [drop_new_handshakes(sock) for sock in socks]
+    start = time.monotonic()
+    deadline = start + timeout
+    settled = start + (HANDSHAKE_SETTLE if any(filtered) else 0.0)
     pause = threading.Event()
     waiting = _queued(socks)
-    while waiting and time.monotonic() < deadline:
+    while (waiting or time.monotonic() < settled) and time.monotonic() < deadline:
         pause.wait(_POLL_INTERVAL)
         waiting = _queued(socks)
     for sock in socks:

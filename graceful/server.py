@@ -7,7 +7,7 @@ shutdown timeline itself::
                 install the signal trap; start serving; run post-start hooks
     SIGTERM     /readyz fails; keep serving, every response with
                 "Connection: close"; pre-shutdown hooks run
-    stop        default mode: shrink the backlog, accept what the kernel
+    stop        default mode: drop new handshakes, accept what the kernel
                 already queued, close the listener and idle keep-alive
                 connections (new connections are refused, queued ones are
                 served, not reset); send_retry_after mode: keep listening,
@@ -207,7 +207,7 @@ class GracefulServer(BaseWSGIServer):
     def stop_listening(self) -> None:
         """Shutdown thread: stop listening without resetting the connections the kernel queued.
 
-        1. Shrink the backlog and wait (bounded) until the accept queue is
+        1. Drop new handshakes and wait (bounded) until the accept queue is
            empty while graceful-serve keeps accepting (graceful.listeners).
         2. graceful-serve closes the listener: new connections are refused.
            It serves idle keep-alive connections whose next request is already
