@@ -26,6 +26,15 @@ def listener() -> Iterator[socket.socket]:
     sock.close()
 
 
+@pytest.fixture
+def unix_listener(tmp_path: os.PathLike[str]) -> Iterator[tuple[socket.socket, str]]:
+    path = os.path.join(tmp_path, "s")
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(path)
+        sock.listen(1)
+        yield sock, path
+
+
 def _connect(sock: socket.socket, timeout: float = 5.0) -> socket.socket:
     return socket.create_connection(sock.getsockname()[:2], timeout=timeout)
 
@@ -57,12 +66,9 @@ def test_accept_queue_length_counts_connections_not_yet_accepted(listener: socke
         client.close()
 
 
-def test_accept_queue_length_is_none_for_a_unix_socket(tmp_path: os.PathLike[str]) -> None:
+def test_accept_queue_length_is_none_for_a_unix_socket(unix_listener: tuple[socket.socket, str]) -> None:
     """Where the OS cannot say (here: a Unix socket), the queue length is None, not 0."""
-    with socket.socket(socket.AF_UNIX) as sock:
-        sock.bind(os.path.join(tmp_path, "s"))
-        sock.listen(1)
-        assert accept_queue_length(sock) is None
+    assert accept_queue_length(unix_listener[0]) is None
 
 
 @linux_only
@@ -91,15 +97,13 @@ def test_drop_new_handshakes_spares_queued_and_established_connections(listener:
         sock.close()
 
 
-def test_drop_new_handshakes_declines_a_unix_socket(tmp_path: os.PathLike[str]) -> None:
+def test_drop_new_handshakes_declines_a_unix_socket(unix_listener: tuple[socket.socket, str]) -> None:
     """A socket that is not TCP cannot be filtered this way: False, and it keeps working."""
-    path = os.path.join(tmp_path, "s")
-    with socket.socket(socket.AF_UNIX) as sock:
-        sock.bind(path)
-        sock.listen(1)
-        assert drop_new_handshakes(sock) is False
-        with socket.socket(socket.AF_UNIX) as client:
-            client.connect(path)
+    sock, path = unix_listener
+    assert drop_new_handshakes(sock) is False
+    with socket.socket(socket.AF_UNIX) as client:
+        client.connect(path)
+        sock.accept()[0].close()  # accepted: the listener still works
 
 
 @linux_only
@@ -137,15 +141,14 @@ def test_connections_still_queued_at_the_deadline_are_counted(listener: socket.s
         client.close()
 
 
-def test_a_unix_listener_stops_at_once(tmp_path: os.PathLike[str]) -> None:
+def test_a_unix_listener_stops_at_once(unix_listener: tuple[socket.socket, str]) -> None:
     """Without a queue length or a filter, the listener is shut down without waiting; connects fail."""
-    path = os.path.join(tmp_path, "s")
-    with socket.socket(socket.AF_UNIX) as sock:
-        sock.bind(path)
-        sock.listen(1)
-        assert close_after_queue_drains([sock], 10.0) == 0
-        with socket.socket(socket.AF_UNIX) as client, pytest.raises(ConnectionRefusedError):
-            client.connect(path)
+    sock, path = unix_listener
+    start = time.monotonic()
+    assert close_after_queue_drains([sock], 10.0) == 0
+    assert time.monotonic() - start < 5  # far below the 10 s timeout: it did not wait for a queue
+    with socket.socket(socket.AF_UNIX) as client, pytest.raises(ConnectionRefusedError):
+        client.connect(path)
 
 
 def test_an_already_closed_socket_is_skipped(listener: socket.socket) -> None:
