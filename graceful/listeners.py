@@ -105,8 +105,11 @@ def drop_new_handshakes(sock: socket.socket) -> bool:
 def close_after_queue_drains(sockets: Iterable[socket.socket], timeout: float) -> int:
     """Stop listening on ``sockets`` once their accept queues are empty (or after ``timeout`` s).
 
-    Returns how many queued connections were still waiting at the deadline
-    (and were reset). The caller's server must keep accepting meanwhile.
+    From the call on, new handshakes are dropped (:func:`drop_new_handshakes`);
+    the sockets stay up at least ``HANDSHAKE_SETTLE`` seconds (within
+    ``timeout``) so handshakes under way complete. Returns how many queued
+    connections were still waiting at the deadline (and were reset). The
+    caller's server must keep accepting meanwhile.
     Safe to call from any thread; each socket is left shut down but open
     (its owner closes the file descriptor as usual).
     """
