@@ -117,9 +117,9 @@ def on_reload(server: Any) -> None:
 def post_fork(server: Any, worker: Any) -> None:
     """Worker, main thread, just after the fork: set up the worker's own shutdown."""
     master = server.graceful
-    # With reuse_port, Gunicorn 24+ binds each worker's listeners in the worker, none in the master.
-    own_listeners = bool(server.cfg.reuse_port) and not server.LISTENERS
-    worker.graceful = WorkerShutdown(worker, default_lifecycle, master.shared, master.on_signal, own_listeners)
+    worker.graceful = WorkerShutdown(
+        worker, default_lifecycle, master.shared, master.on_signal, master.workers_own_listeners()
+    )
 
 
 def post_worker_init(worker: Any) -> None:

@@ -180,12 +180,19 @@ class MasterShutdown:
         """
         server = self.server
         budget = self._remaining_budget(QUEUE_DRAIN_TIMEOUT)
-        if (server.cfg.reuse_port and not server.LISTENERS) or self._listeners_shared_with_others():
+        if self.workers_own_listeners() or self._listeners_shared_with_others():
             self.shared.close_listeners.fire()
             if not self.shared.listeners_closed.wait_all(lambda: set(server.WORKERS), budget + 1):
                 logger.warning("graceful: not every worker stopped listening within %gs", budget + 1)
             return
         close_after_queue_drains(server.LISTENERS, budget)
+
+    def workers_own_listeners(self) -> bool:
+        """True when each worker binds its own listeners (reuse_port, Gunicorn 24+), the master none.
+
+        Master, and in ``post_fork`` each worker (its copy of the master's state).
+        """
+        return bool(self.server.cfg.reuse_port) and not self.server.LISTENERS
 
     def _listeners_shared_with_others(self) -> bool:
         server = self.server

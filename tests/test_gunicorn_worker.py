@@ -67,3 +67,7 @@ def test_other_workers_are_left_alone(kind: str, listeners: list[socket.socket])
     _stop_accepting(worker)
     if worker.poller is not None:
         assert dict(worker.poller.get_map()) == before and len(before or {}) == 2
+    assert all(sock.fileno() != -1 for sock in listeners)
+    for sock in listeners:
+        with socket.create_connection(sock.getsockname(), timeout=5):
+            pass  # still listening

@@ -643,6 +643,7 @@ class TestNesting:
         """A middleware of another lifecycle inside does not make the outer one transparent."""
         inner = GracefulMiddleware(hello, Lifecycle(Config(), clock=fake_clock()))
         assert GracefulMiddleware(inner, lifecycle).inner is None
+        assert GracefulMiddleware(hello, lifecycle).inner is None
 
     def test_any_lifecycle_when_none_is_given(self, lifecycle: Lifecycle) -> None:
         """find_middleware(app) with no lifecycle returns the first middleware, of whichever lifecycle."""
@@ -651,7 +652,6 @@ class TestNesting:
         assert find_middleware(other) is other
         assert find_middleware(GracefulMiddleware(other, lifecycle)).lifecycle is lifecycle  # the outer one, first
         assert find_middleware(hello) is None
-        assert GracefulMiddleware(hello, lifecycle).inner is None
 
     def test_hidden_inner_counts_once(self, lifecycle: Lifecycle) -> None:
         """An inner middleware the outer cannot see passes through at request time: counted once."""
