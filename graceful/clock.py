@@ -7,11 +7,20 @@ lets tests run a whole shutdown timeline without sleeping.
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Protocol
 
-__all__ = ["Clock", "MonotonicClock"]
+__all__ = ["Clock", "MonotonicClock", "Waitable"]
+
+
+class Waitable(Protocol):
+    """What a clock waits on: a ``threading.Event``, or a condition polled like one."""
+
+    def is_set(self) -> bool:
+        """True once the awaited thing has happened."""
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait up to ``timeout`` seconds for it; return whether it happened."""
 
 
 class Clock(Protocol):
@@ -20,7 +29,7 @@ class Clock(Protocol):
     def now(self) -> float:
         """Seconds on a monotonic scale."""
 
-    def wait(self, event: threading.Event, timeout: float) -> bool:
+    def wait(self, event: Waitable, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for ``event``; return whether it is set."""
 
 
@@ -31,6 +40,6 @@ class MonotonicClock:
         """Return ``time.monotonic()``."""
         return time.monotonic()
 
-    def wait(self, event: threading.Event, timeout: float) -> bool:
+    def wait(self, event: Waitable, timeout: float) -> bool:
         """Block on ``event`` for at most ``timeout`` seconds."""
         return event.wait(max(0.0, timeout))

@@ -42,26 +42,40 @@ inner one then sees ``graceful.lifecycle`` already set and passes through.
 
 The response iterable: the app's own is wrapped in a small object whose
 ``close()`` calls the app's ``close()`` exactly once and then ends the
-request's count, however often the server calls it. One exception keeps the
-server's ``sendfile`` fast path: when the app returns an instance of the
-server's ``environ["wsgi.file_wrapper"]`` class (Gunicorn's and wsgiref's
-are such classes; the class is read from the first request's environ), that
-very object is returned, with its ``close`` attribute replaced by one that
-also ends the count; should the object refuse the attribute, it is wrapped
-like any other. A list response is copied into a list subclass, so ``len()``
-still works (wsgiref sets ``Content-Length`` from it).
+request's count, however often the server calls it. Two exceptions:
+
+- Werkzeug's ``ClosingIterator`` (what every Flask and Werkzeug response
+  returns) is returned as it is: the count's end joins its list of close
+  callbacks, last, followed by the list's own ``clear``, so a second
+  ``close()`` runs nothing. No Python code of ours then runs at the end of
+  the request. Should one of the app's callbacks raise, werkzeug stops
+  there: the request stays counted and the drain waits out its
+  ``drain_timeout`` (it loses nothing; the error reaches the server's log).
+  A werkzeug release that kept its callbacks otherwise would merely get the
+  wrapper.
+- The server's ``sendfile`` fast path: when the app returns an instance of
+  the server's ``environ["wsgi.file_wrapper"]`` class (Gunicorn's and
+  wsgiref's are such classes; the class is read from the first request's
+  environ), that very object is returned, with its ``close`` attribute
+  replaced by one that also ends the count; should the object refuse the
+  attribute, it is wrapped like any other.
+
+A list response is copied into a list subclass, so ``len()`` still works
+(wsgiref sets ``Content-Length`` from it).
 
 Cost per request: a ``PATH_INFO`` lookup, two environ writes, two attribute
-reads (has NotAcceptingNewRequests fired, the admission limit), a lock-free
-wait-group ``add``/``done`` and one small object (``python bench/middleware.py``
-measures it). Thread-safe; under Gunicorn every worker process wraps its own
-copy of the app and counts its own requests.
+reads (has NotAcceptingNewRequests fired, the admission limit), a token appended
+to and popped from the wait group's deque, and one small object or two
+callbacks (``python bench/middleware.py`` measures it). Thread-safe; under
+Gunicorn every worker process wraps its own copy of the app and counts its
+own requests.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
+import sys
 from collections.abc import Callable, Iterable
 from types import MethodType
 from typing import TYPE_CHECKING
@@ -105,7 +119,26 @@ _STATUS = {
     500: "500 Internal Server Error",
     503: "503 Service Unavailable",
 }
-_UNSEEN = object()  # GracefulMiddleware._file_wrapper before the first response
+
+
+def _werkzeug_closing_iterator() -> type | None:
+    """Werkzeug's ClosingIterator, if werkzeug is loaded and keeps close callbacks in a list ``_callbacks``.
+
+    Looked up, not imported: an app that does not use werkzeug returns none
+    of its responses, and a Gunicorn worker should not load werkzeug (and
+    tear it down at exit) for nothing.
+    """
+    cls = getattr(sys.modules.get("werkzeug.wsgi"), "ClosingIterator", None)
+    if not isinstance(cls, type):
+        return None
+    try:
+        callbacks = getattr(cls(()), "_callbacks", None)
+    except TypeError:  # a werkzeug whose ClosingIterator we do not know: its responses get the wrapper
+        return None
+    return cls if type(callbacks) is list else None
+
+
+_UNSEEN = object()  # GracefulMiddleware._file_wrapper and _closing_iterator before the first response
 _SHUTTING_DOWN = b"The server is shutting down, please try again later.\n"
 _TOO_MANY = b"Too many requests, please try again later.\n"
 _NOT_ALLOWED = b"Method not allowed: health endpoints answer GET and HEAD.\n"
@@ -268,11 +301,16 @@ class GracefulMiddleware:
         # The server's wsgi.file_wrapper class, remembered from its first request (one server per
         # process). Were it to change, file wrappers would merely be wrapped, losing sendfile.
         self._file_wrapper: object = _UNSEEN
+        # Werkzeug's ClosingIterator (see _werkzeug_closing_iterator), looked up at the same time.
+        self._closing_iterator: object = _UNSEEN
         # Bound once: the hot path below reads only locals and these.
         self._not_accepting = self.lifecycle.not_accepting_new_requests
         self._shutting_down = self._not_accepting.event
-        self._add = self.lifecycle.in_flight.add
-        self._done = self.lifecycle.in_flight.done
+        self._in_flight = in_flight = self.lifecycle.in_flight
+        # The wait group's deque, for the hot path: one token per request. Every response
+        # wrapper below calls its release once, however often it is closed.
+        self._enter = in_flight._tokens.append
+        self._leave = in_flight._tokens.pop
 
     def __repr__(self) -> str:
         return f"<GracefulMiddleware app={self.app!r} lifecycle={self.lifecycle!r}>"
@@ -304,28 +342,35 @@ class GracefulMiddleware:
             admission = lifecycle.admission
         if admission.limit:
             return self._call_limited(environ, start_response, admission)
-        try:
-            self._add()
-        except WaitGroupClosed:
+        # SafeWaitGroup.add(), inlined: a token, unless the drain has begun.
+        self._enter(None)
+        if self._in_flight._waiting:
+            self._leave()
             return _reply(environ, start_response, 503, _SHUTTING_DOWN, "1")
         try:
             result = self.app(environ, start_response)
         except BaseException:
-            self._done()
+            self._leave()
             raise
-        # What _in_flight() does, inlined (a call less per request), with the remembered file_wrapper.
+        # What _first_response() does with the classes it remembered, inlined (a call less per request).
         kind = type(result)
+        if kind is self._closing_iterator:
+            # Every Flask response. _join_close_callbacks(), inlined: it is the Flask hot path.
+            callbacks = result._callbacks  # type: ignore[attr-defined]
+            callbacks.append(self._leave)
+            callbacks.append(callbacks.clear)
+            return result
         if kind is list:
             listed = _InFlightList(result)
-            listed._release = self._done
+            listed._release = self._leave
             return listed
         if kind is self._file_wrapper:
-            return _keep_file_wrapper(result, self._done)
+            return _keep_file_wrapper(result, self._leave)
         if self._file_wrapper is _UNSEEN:
-            return self._first_response(result, self._done, environ)
+            return self._first_response(result, self._leave, environ)
         response = _InFlightResponse(result)
         response._iterable = result
-        response._release = self._done
+        response._release = self._leave
         return response
 
     def _call_limited(
@@ -335,11 +380,11 @@ class GracefulMiddleware:
         if not admission.try_acquire():
             return _reply(environ, start_response, 429, _TOO_MANY, "1")
         try:
-            self._add()
+            done = self._in_flight.add()
         except WaitGroupClosed:
             admission.release()
             return _reply(environ, start_response, 503, _SHUTTING_DOWN, "1")
-        release = _ReleaseBoth(self._done, admission)
+        release = _ReleaseBoth(done, admission)
         try:
             result = self.app(environ, start_response)
         except BaseException:
@@ -350,8 +395,11 @@ class GracefulMiddleware:
     def _first_response(
         self, result: Iterable[bytes], release: Callable[[], None], environ: WSGIEnvironment
     ) -> Iterable[bytes]:
-        """Remember the server's file_wrapper class, then wrap the first non-list response."""
+        """Remember the server's file_wrapper class and werkzeug's, then wrap the first non-list response."""
         self._file_wrapper = environ.get("wsgi.file_wrapper")
+        self._closing_iterator = _werkzeug_closing_iterator()
+        if type(result) is self._closing_iterator:
+            return _join_close_callbacks(result, release)
         return _in_flight(result, release, environ)
 
     @staticmethod
@@ -412,6 +460,18 @@ def as_middleware(node: object) -> GracefulMiddleware | None:
     if isinstance(node, MethodType) and node.__func__ is GracefulMiddleware.__call__:
         node = node.__self__
     return node if isinstance(node, GracefulMiddleware) else None
+
+
+def _join_close_callbacks(result: Iterable[bytes], release: Callable[[], None]) -> Iterable[bytes]:
+    """Return werkzeug's ClosingIterator itself, ``release`` and its list's ``clear`` appended to its callbacks.
+
+    Its close() calls them in order: the count ends after the app's own
+    callbacks, then the list is emptied, so a second close() runs nothing.
+    """
+    callbacks = result._callbacks  # type: ignore[attr-defined]
+    callbacks.append(release)
+    callbacks.append(callbacks.clear)
+    return result
 
 
 def _keep_file_wrapper(result: Iterable[bytes], release: Callable[[], None]) -> Iterable[bytes]:

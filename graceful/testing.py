@@ -15,6 +15,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
+from graceful.clock import Waitable
 from graceful.config import Config
 from graceful.hooks import ShutdownReport
 from graceful.lifecycle import Lifecycle, ServerAdapter
@@ -49,7 +50,7 @@ class FakeClock:
         with self._lock:
             self._now += seconds
 
-    def wait(self, event: threading.Event, timeout: float) -> bool:
+    def wait(self, event: Waitable, timeout: float) -> bool:
         """Return True once ``event`` is set; jump to the deadline when this wait is due first."""
         token = object()
         with self._lock:

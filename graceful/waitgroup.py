@@ -3,21 +3,34 @@
 ``add`` after ``wait`` has begun raises :class:`WaitGroupClosed`, so a request
 that arrives after the drain began is refused instead of being silently missed.
 
-The hot path (``add``/``done`` with nobody waiting) takes no lock: a
-``collections.deque`` holds one token per request, and its ``append``/``pop``
-are atomic. Only a waiter uses an ``Event``, which ``done`` sets when the last
-token leaves. Every method is O(1) and safe to call from any thread (under
-Gunicorn: a worker's request threads call ``add``/``done``; ``wait`` runs in
-the worker's main thread from ``worker_exit``).
+A ``collections.deque`` holds one token per unit of work; its ``append`` and
+``pop`` are atomic C calls, so counting takes no lock. ``add`` returns the
+callable that ends its unit; calling it again does nothing, so a response
+closed twice cannot end another request's count. ``GracefulMiddleware``
+inlines ``add`` for every request and ends the count with the deque's own
+``pop`` (its response wrappers guard against a second close), so no Python
+code of ours runs at the end of a Flask request (see README, "Benchmarks").
+Such a release cannot wake a waiter, so ``wait`` looks at the count every
+:data:`POLL_INTERVAL` seconds; the drain ends at most that much after the
+last request. Every method is safe from any thread (under Gunicorn: a
+worker's request threads add and release; ``wait`` runs in the worker's
+main thread from ``worker_exit``).
 """
 
 from __future__ import annotations
 
-import threading
+import time
 from collections import deque
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-__all__ = ["SafeWaitGroup", "WaitGroupClosed"]
+if TYPE_CHECKING:
+    from graceful.clock import Waitable
+
+__all__ = ["POLL_INTERVAL", "SafeWaitGroup", "WaitGroupClosed"]
+
+#: Seconds between two looks at the count while ``wait`` waits.
+POLL_INTERVAL = 0.005
 
 
 class WaitGroupClosed(RuntimeError):
@@ -25,16 +38,22 @@ class WaitGroupClosed(RuntimeError):
 
 
 class SafeWaitGroup:
-    """Counts in-flight work; refuses new work once waiting has begun."""
+    """Counts in-flight work; refuses new work once waiting has begun.
+
+    ``release = group.add()`` counts one unit, ``release()`` ends it (later
+    calls do nothing), ``group.wait(timeout)`` stops new work and waits for
+    the count to reach zero.
+    """
 
     def __init__(self) -> None:
+        #: One token per unit in flight. GracefulMiddleware appends and pops directly.
         self._tokens: deque[None] = deque()
         self._waiting = False
-        self._drained = threading.Event()
+        self._emptied = _Emptied(self._tokens)
 
     @property
     def count(self) -> int:
-        """The number of ``add`` calls not yet matched by ``done``."""
+        """The number of units added and not yet released."""
         return len(self._tokens)
 
     @property
@@ -42,35 +61,21 @@ class SafeWaitGroup:
         """True once :meth:`wait` has been called; ``add`` raises from then on."""
         return self._waiting
 
-    def add(self) -> None:
-        """Count one unit of work; raise :class:`WaitGroupClosed` if waiting began."""
+    def add(self) -> Callable[[], None]:
+        """Count one unit of work and return its release; raise :class:`WaitGroupClosed` if waiting began."""
         self._tokens.append(None)
         # Checked after the append: a waiter that set the flag before our append
         # is seen here, one that sets it after sees our token. Either way
         # nothing slips past the drain.
         if self._waiting:
-            self._release()
-            raise WaitGroupClosed("wait group is draining: no new work accepted")
-
-    def done(self) -> None:
-        """Mark one unit of work finished; raise ``ValueError`` if none was added."""
-        # _release inlined: this runs once per request.
-        try:
             self._tokens.pop()
-        except IndexError:
-            raise ValueError("SafeWaitGroup.done() called more often than add()") from None
-        if self._waiting and not self._tokens:
-            self._drained.set()
-
-    def _release(self) -> None:
-        self._tokens.pop()
-        if self._waiting and not self._tokens:
-            self._drained.set()
+            raise WaitGroupClosed("wait group is draining: no new work accepted")
+        return _Once(self._tokens.pop)
 
     def wait(
         self,
         timeout: float,
-        waiter: Callable[[threading.Event, float], bool] | None = None,
+        waiter: Callable[[Waitable, float], bool] | None = None,
     ) -> bool:
         """Stop accepting ``add`` and wait up to ``timeout`` seconds for the count to reach 0.
 
@@ -79,8 +84,47 @@ class SafeWaitGroup:
         clock's ``wait`` (tests pass a fake clock's).
         """
         self._waiting = True
-        if not self._tokens:
-            self._drained.set()
         if waiter is None:
-            return self._drained.wait(max(0.0, timeout))
-        return waiter(self._drained, timeout)
+            return self._emptied.wait(max(0.0, timeout))
+        return waiter(self._emptied, timeout)
+
+
+class _Once:
+    """A release that pops its token on the first call only."""
+
+    __slots__ = ("_pop",)
+
+    def __init__(self, pop: Callable[[], object]) -> None:
+        self._pop: Callable[[], object] | None = pop
+
+    def __call__(self) -> None:
+        pop, self._pop = self._pop, None
+        if pop is not None:
+            pop()
+
+
+class _Emptied:
+    """The "nothing in flight" condition, with the ``is_set``/``wait`` of a ``threading.Event``.
+
+    A clock waits on it as on an event (``graceful.clock.Clock.wait``); its
+    ``wait`` looks at the count every :data:`POLL_INTERVAL` seconds.
+    """
+
+    def __init__(self, tokens: deque[None]) -> None:
+        self._tokens = tokens
+
+    def is_set(self) -> bool:
+        """True when nothing is in flight."""
+        return not self._tokens
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Return True as soon as nothing is in flight, False after ``timeout`` seconds."""
+        if timeout is None:
+            raise ValueError("graceful waits are bounded: pass a timeout")
+        deadline = time.monotonic() + timeout
+        while self._tokens:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            time.sleep(min(POLL_INTERVAL, remaining))
+        return True

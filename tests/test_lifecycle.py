@@ -126,12 +126,12 @@ class TestTimeline:
     def test_drain_waits_for_in_flight_requests(self) -> None:
         """InFlightRequestsDrained waits until the last in-flight request is done."""
         lc = Lifecycle(Config(shutdown_delay=0), clock=MonotonicClock())
-        lc.in_flight.add()
+        release = lc.in_flight.add()
         recorder = SignalRecorder(lc)
         lc.request_shutdown()
         assert lc.not_accepting_new_requests.event.wait(10)
         assert not lc.in_flight_requests_drained.event.wait(0.1)
-        lc.in_flight.done()
+        release()
         assert lc.cleanup_finished.event.wait(10)
         assert recorder.names[-2:] == ["InFlightRequestsDrained", "CleanupFinished"]
 

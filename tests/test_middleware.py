@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 import logging
 import re
+import subprocess
+import sys
 import threading
 import wsgiref.util
 from collections.abc import Callable, Iterable, Iterator
@@ -14,6 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from werkzeug.test import Client, EnvironBuilder
+from werkzeug.wrappers import Response
+from werkzeug.wsgi import ClosingIterator
 
 import graceful
 from graceful.config import Config
@@ -22,6 +26,7 @@ from graceful.middleware import (
     LIFECYCLE_KEY,
     SHUTTING_DOWN_KEY,
     GracefulMiddleware,
+    _werkzeug_closing_iterator,
     find_middleware,
     path_prefixes,
 )
@@ -110,6 +115,14 @@ class Captured:
 
     def header(self, name: str) -> str | None:
         return next((v for k, v in self.headers if k.lower() == name.lower()), None)
+
+
+def body_or_werkzeug(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+    """A generic iterable at /plain, a werkzeug response elsewhere."""
+    if environ["PATH_INFO"] == "/plain":
+        start_response("200 OK", [])
+        return Closing()
+    return Response(b"werkzeug")(environ, start_response)  # type: ignore[no-any-return]
 
 
 def environ_for(path: str = "/", method: str = "GET", query: str = "") -> dict[str, Any]:
@@ -585,6 +598,91 @@ class TestInFlight:
         result = GracefulMiddleware(app, lifecycle)(environ, Captured())
         assert type(result) is not Slotted
         assert finish(result) == b"a"
+        assert lifecycle.in_flight.count == 0
+
+    def test_werkzeug_response_is_returned_as_is_and_counted_until_its_close_callbacks_ran(
+        self, lifecycle: Lifecycle
+    ) -> None:
+        """A werkzeug response (every Flask one) is not wrapped: the count joins its close callbacks, last."""
+        seen: list[str] = []
+        returned: list[object] = []
+
+        def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+            response = Response(b"werkzeug")
+            response.call_on_close(lambda: seen.append(f"app's close, count {lifecycle.in_flight.count}"))
+            returned.append(response(environ, start_response))
+            return returned[-1]  # type: ignore[return-value]
+
+        _, result = call(GracefulMiddleware(app, lifecycle))
+        assert type(result) is ClosingIterator
+        assert result is returned[0]
+        assert lifecycle.in_flight.count == 1
+        assert finish(result) == b"werkzeug"
+        assert seen == ["app's close, count 1"]
+        assert lifecycle.in_flight.count == 0
+
+    def test_werkzeug_response_closed_twice_runs_its_callbacks_and_ends_its_count_once(
+        self, lifecycle: Lifecycle
+    ) -> None:
+        """A second close() of a werkzeug response runs nothing: no app callback, no other request's count."""
+        closes: list[int] = []
+
+        def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+            response = Response(b"x")
+            response.call_on_close(lambda: closes.append(1))
+            return response(environ, start_response)  # type: ignore[no-any-return]
+
+        mw = GracefulMiddleware(app, lifecycle)
+        _, first = call(mw)
+        _, second = call(mw)
+        assert lifecycle.in_flight.count == 2
+        first.close()
+        first.close()
+        assert (closes, lifecycle.in_flight.count) == ([1], 1)
+        second.close()
+        assert (closes, lifecycle.in_flight.count) == ([1, 1], 0)
+
+    def test_werkzeug_close_callback_that_raises_keeps_the_request_counted(self, lifecycle: Lifecycle) -> None:
+        """Werkzeug stops at a close callback that raises, before ours: the drain then waits out its timeout."""
+
+        def fail() -> None:
+            raise OSError("close failed")
+
+        def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+            response = Response(b"x")
+            response.call_on_close(fail)
+            return response(environ, start_response)  # type: ignore[no-any-return]
+
+        _, result = call(GracefulMiddleware(app, lifecycle))
+        with pytest.raises(OSError, match="close failed"):
+            finish(result)
+        assert lifecycle.in_flight.count == 1
+        assert lifecycle.in_flight.wait(0) is False
+
+    def test_werkzeug_keeps_close_callbacks_in_a_list(self) -> None:
+        """The werkzeug installed here has ClosingIterator._callbacks as a list: the path above is in use.
+
+        Were a werkzeug release to change that, the middleware would wrap its
+        responses like any other (and this test would say so).
+        """
+        assert _werkzeug_closing_iterator() is ClosingIterator
+
+    def test_werkzeug_is_not_loaded_by_graceful(self) -> None:
+        """graceful looks werkzeug's ClosingIterator up, never imports it: a plain app's worker goes without."""
+        code = (
+            "import sys, graceful, graceful.conf, graceful.middleware\n"
+            "print(sorted(name for name in sys.modules if name.split('.')[0] == 'werkzeug'))"
+        )
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+        assert out.stdout.strip() == "[]"
+
+    def test_werkzeug_response_after_a_plain_first_response_is_still_joined(self, lifecycle: Lifecycle) -> None:
+        """Classes are remembered at the first non-list response; a werkzeug response later is joined, not wrapped."""
+        mw = GracefulMiddleware(lambda environ, start_response: body_or_werkzeug(environ, start_response), lifecycle)
+        first = finish(call(mw, "/plain")[1])
+        _, second = call(mw, "/werkzeug")
+        assert (first, type(second)) == (b"x", ClosingIterator)
+        assert finish(second) == b"werkzeug"
         assert lifecycle.in_flight.count == 0
 
     def test_werkzeug_client_round_trip(self, lifecycle: Lifecycle) -> None:

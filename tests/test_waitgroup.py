@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from graceful.waitgroup import SafeWaitGroup, WaitGroupClosed
+from graceful.testing import FakeClock
+from graceful.waitgroup import POLL_INTERVAL, SafeWaitGroup, WaitGroupClosed
 
 
 class TestSafeWaitGroup:
@@ -31,20 +34,51 @@ class TestSafeWaitGroup:
             wg.add()
         assert wg.count == 0
 
-    def test_done_without_add_raises(self) -> None:
-        """More done() than add() is a ValueError, never a negative count."""
-        with pytest.raises(ValueError, match="more often than add"):
-            SafeWaitGroup().done()
+    def test_a_release_called_twice_ends_its_unit_once(self) -> None:
+        """Calling a release again does nothing: it never ends another unit's count."""
+        wg = SafeWaitGroup()
+        first, second = wg.add(), wg.add()
+        first()
+        first()
+        assert wg.count == 1
+        second()
+        assert wg.count == 0
 
-    def test_done_from_another_thread_wakes_waiter(self) -> None:
-        """A waiter is woken when the last in-flight unit finishes on another thread."""
+    def test_release_from_another_thread_ends_the_wait(self) -> None:
+        """A waiter returns True once the last unit is released on another thread, polling for it."""
+        wg = SafeWaitGroup()
+        release = wg.add()
+        timer = threading.Timer(0.05, release)
+        timer.start()
+        started = time.monotonic()
+        assert wg.wait(10) is True
+        assert time.monotonic() - started < 5  # polled, not slept out
+        timer.join(5)
+
+    def test_wait_without_a_bound_is_refused(self) -> None:
+        """The polled condition refuses an unbounded wait (every wait in graceful has a timeout)."""
         wg = SafeWaitGroup()
         wg.add()
-        threading.Timer(0.05, wg.done).start()
-        assert wg.wait(10) is True
+        wg.wait(0)
+        with pytest.raises(ValueError, match="timeout"):
+            wg._emptied.wait(None)
+
+    def test_a_fake_clock_waits_on_it_like_an_event(self) -> None:
+        """With a FakeClock the wait times out at the fake deadline, and ends early on release."""
+        clock = FakeClock(settle=0.2)  # 40 polls a settle period: the release below lands in the first
+        wg = SafeWaitGroup()
+        release = wg.add()
+        start = clock.now()
+        assert wg.wait(30, clock.wait) is False
+        assert clock.now() - start == 30
+        timer = threading.Timer(POLL_INTERVAL, release)
+        timer.start()
+        assert wg.wait(30, clock.wait) is True
+        assert clock.now() - start == 30
+        timer.join(5)
 
     def test_racing_adders_are_either_counted_or_refused(self) -> None:
-        """Under concurrent add/done and a wait, every add is counted and drained, or refused."""
+        """Under concurrent add/release and a wait, every add is counted and drained, or refused."""
         wg = SafeWaitGroup()
         refused = []
         start = threading.Barrier(9)
@@ -53,11 +87,11 @@ class TestSafeWaitGroup:
             start.wait(5)
             for _ in range(2000):
                 try:
-                    wg.add()
+                    release = wg.add()
                 except WaitGroupClosed:
                     refused.append(1)
                     return
-                wg.done()
+                release()
 
         threads = [threading.Thread(target=worker) for _ in range(8)]
         for t in threads:
@@ -69,28 +103,28 @@ class TestSafeWaitGroup:
         assert wg.count == 0
         assert len(refused) <= 8
 
-    @given(st.lists(st.sampled_from(["add", "done", "wait"]), max_size=60))
-    def test_count_is_adds_minus_dones_and_adds_refused_after_wait(self, ops: list[str]) -> None:
-        """Any sequence: count == accepted adds - dones; adds after a wait are refused; wait is True iff count 0."""
+    @given(st.lists(st.sampled_from(["add", "release", "release again", "wait"]), max_size=60))
+    def test_count_is_adds_minus_releases_and_adds_refused_after_wait(self, ops: list[str]) -> None:
+        """Any sequence: count == accepted adds - distinct releases; adds after a wait refused; wait True iff 0."""
         wg = SafeWaitGroup()
-        expected, waited = 0, False
+        open_releases: list[Callable[[], None]] = []
+        used: list[Callable[[], None]] = []
+        waited = False
         for op in ops:
             if op == "add":
                 if waited:
                     with pytest.raises(WaitGroupClosed):
                         wg.add()
                 else:
-                    wg.add()
-                    expected += 1
-            elif op == "done":
-                if expected == 0:
-                    with pytest.raises(ValueError):
-                        wg.done()
-                else:
-                    wg.done()
-                    expected -= 1
-            else:
+                    open_releases.append(wg.add())
+            elif op == "release" and open_releases:
+                release = open_releases.pop(0)
+                release()
+                used.append(release)
+            elif op == "release again" and used:
+                used[-1]()
+            elif op == "wait":
                 waited = True
-                assert wg.wait(0) is (expected == 0)
-            assert wg.count == expected
+                assert wg.wait(0) is (not open_releases)
+            assert wg.count == len(open_releases)
             assert wg.waiting is waited
