@@ -136,6 +136,8 @@ class LifecycleSignal:
             if self.fired_at is not None:
                 return False
             self.fired_at = self._lifecycle.clock.now()
+        # After fired_at, never before: see Lifecycle.refresh_unhindered.
+        self._lifecycle._unhindered = False
         try:
             self._lifecycle._announce(self)
         finally:
@@ -172,8 +174,11 @@ class Lifecycle:
         self.run_pre_shutdown_hooks = run_pre_shutdown_hooks
         self.registry = Registry()
         self.in_flight = SafeWaitGroup()
-        # Read directly by GracefulMiddleware on every request (a property call costs more).
         self._admission: AdmissionLimit | None = None
+        # Read by GracefulMiddleware on every request: True lets a request skip the shutdown
+        # and admission checks. Set by refresh_unhindered(), cleared by configure() and by
+        # every signal that fires.
+        self._unhindered = False
         self._listeners: list[SignalListener] = []
         self._lock = threading.Lock()
         self._driver: threading.Thread | None = None
@@ -213,6 +218,7 @@ class Lifecycle:
             raise RuntimeError("cannot change the config: this lifecycle's shutdown is running")
         self._config = config
         self._admission = None
+        self._unhindered = False  # after _admission, never before: see refresh_unhindered
 
     @property
     def admission(self) -> AdmissionLimit:
@@ -220,6 +226,23 @@ class Lifecycle:
         if self._admission is None:
             self._admission = AdmissionLimit(self.config.max_in_flight)
         return self._admission
+
+    def refresh_unhindered(self) -> None:
+        """Let requests skip the shutdown and admission checks while there is nothing to check.
+
+        That is while NotAcceptingNewRequests has not fired and ``max_in_flight``
+        is 0. GracefulMiddleware calls this on the requests that find the flag
+        down (the first one; the first after a signal fires). Thread-safe
+        without a lock: ``fire()`` and ``configure()`` change their state, then
+        clear the flag; this sets the flag, then looks at their state again
+        and takes the flag back if either changed.
+        """
+        admission = self.admission
+        signal = self.not_accepting_new_requests
+        if signal.fired_at is None and not admission.limit:
+            self._unhindered = True
+            if signal.fired_at is not None or self._admission is not admission:
+                self._unhindered = False
 
     def check_budget(self) -> None:
         """Raise ``ConfigError`` when the config plus the registered hooks cannot fit the grace period."""

@@ -63,8 +63,9 @@ request's count, however often the server calls it. Two exceptions:
 A list response is copied into a list subclass, so ``len()`` still works
 (wsgiref sets ``Content-Length`` from it).
 
-Cost per request: a ``PATH_INFO`` lookup, two environ writes, two attribute
-reads (has NotAcceptingNewRequests fired, the admission limit), a token appended
+Cost per request: a ``PATH_INFO`` lookup, two environ writes, one flag
+(``Lifecycle.refresh_unhindered``: NotAcceptingNewRequests has not fired and
+there is no ``max_in_flight``, so nothing else to check), a token appended
 to and popped from the wait group's deque, and one small object or two
 callbacks (``python bench/middleware.py`` measures it). Thread-safe; under
 Gunicorn every worker process wraps its own copy of the app and counts its
@@ -330,18 +331,14 @@ class GracefulMiddleware:
             health = False
         if health:
             return self._health(environ, start_response, path)
-        # is_set() inlined: one attribute read, no call.
-        if self._not_accepting.fired_at is not None and lifecycle.config.send_retry_after:
-            return _reply(environ, start_response, 429, _SHUTTING_DOWN, str(lifecycle.config.retry_after))
+        if not lifecycle._unhindered:
+            # Shutting down, or a max_in_flight: the checks (set back when there is nothing to check).
+            answer = self._hindered(environ, start_response)
+            if answer is not None:
+                return answer
         long_running = self.long_running
         if long_running is not None and self._is_long_running(long_running, environ):
             return self.app(environ, start_response)
-        # The limit as resolved, read without the property's call; None until the config is loaded.
-        admission = lifecycle._admission
-        if admission is None:
-            admission = lifecycle.admission
-        if admission.limit:
-            return self._call_limited(environ, start_response, admission)
         # SafeWaitGroup.add(), inlined: a token, unless the drain has begun.
         self._enter(None)
         if self._in_flight._waiting:
@@ -372,6 +369,20 @@ class GracefulMiddleware:
         response._iterable = result
         response._release = self._leave
         return response
+
+    def _hindered(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes] | None:
+        """The checks a request skips while the lifecycle is unhindered: the answer, or None to count it."""
+        lifecycle = self.lifecycle
+        lifecycle.refresh_unhindered()
+        if self._not_accepting.fired_at is not None and lifecycle.config.send_retry_after:
+            return _reply(environ, start_response, 429, _SHUTTING_DOWN, str(lifecycle.config.retry_after))
+        admission = lifecycle.admission
+        if not admission.limit:
+            return None
+        long_running = self.long_running
+        if long_running is not None and self._is_long_running(long_running, environ):
+            return self.app(environ, start_response)
+        return self._call_limited(environ, start_response, admission)
 
     def _call_limited(
         self, environ: WSGIEnvironment, start_response: StartResponse, admission: AdmissionLimit

@@ -191,6 +191,58 @@ class TestOnce:
         assert lc.shutdown_initiated.fired_at == first
 
 
+class TestUnhindered:
+    """The one flag GracefulMiddleware reads to skip the shutdown and admission checks."""
+
+    def test_set_when_there_is_nothing_to_check(self) -> None:
+        """Down at first; refresh_unhindered sets it while NotAcceptingNewRequests has not fired and no limit."""
+        lc, _ = lifecycle()
+        assert not lc._unhindered
+        lc.refresh_unhindered()
+        assert lc._unhindered
+
+    def test_cleared_by_every_signal_and_kept_down_after_not_accepting(self) -> None:
+        """A signal that fires clears it; after NotAcceptingNewRequests a refresh leaves it down."""
+        lc, _ = lifecycle()
+        lc.refresh_unhindered()
+        lc.initiate_shutdown()
+        assert not lc._unhindered
+        lc.refresh_unhindered()
+        assert lc._unhindered  # the shutdown delay: still nothing to check
+        lc.stop_accepting()
+        assert not lc._unhindered
+        lc.refresh_unhindered()
+        assert not lc._unhindered
+
+    def test_kept_down_by_an_admission_limit_and_cleared_by_configure(self) -> None:
+        """With max_in_flight a refresh leaves it down; configure() takes it down until the next refresh."""
+        lc, _ = lifecycle(max_in_flight=4)
+        lc.refresh_unhindered()
+        assert not lc._unhindered
+        lc.configure(Config())
+        lc.refresh_unhindered()
+        assert lc._unhindered
+        lc.configure(Config(max_in_flight=1))
+        assert not lc._unhindered
+
+    def test_a_signal_firing_during_a_refresh_takes_it_back(self) -> None:
+        """A refresh that read its state just before a signal fired does not leave it up."""
+        lc, _ = lifecycle()
+        signal = lc.not_accepting_new_requests
+
+        class FiresWhenRead:
+            """The admission limit, read by the refresh; NotAcceptingNewRequests fires as it is read."""
+
+            @property
+            def limit(self) -> int:
+                signal.fired_at = lc.clock.now()
+                return 0
+
+        lc._admission = FiresWhenRead()  # type: ignore[assignment]
+        lc.refresh_unhindered()
+        assert not lc._unhindered
+
+
 class TestRegistrationPhases:
     def test_pre_shutdown_hook_after_shutdown_is_an_error(self) -> None:
         """Registering a pre-shutdown hook once shutdown began raises PhaseStartedError."""

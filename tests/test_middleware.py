@@ -413,6 +413,18 @@ class TestAdmission:
         assert call(mw)[0].code == 429
         finish(held)
 
+    def test_requests_served_before_the_stop_do_not_let_later_ones_skip_the_checks(self) -> None:
+        """Requests before NotAcceptingNewRequests skip the checks; the first one after it is refused."""
+        lifecycle = retry_after_lifecycle()
+        mw = GracefulMiddleware(hello, lifecycle)
+        assert [finish(call(mw)[1]) for _ in range(3)] == [b"hello"] * 3
+        assert lifecycle._unhindered
+        lifecycle.initiate_shutdown()
+        assert finish(call(mw)[1]) == b"hello"  # the delay: served
+        lifecycle.stop_accepting()
+        assert [call(mw)[0].code for _ in range(2)] == [429, 429]
+        assert not lifecycle._unhindered
+
     def test_limit_from_the_environment_applies_from_the_first_request(self, monkeypatch: pytest.MonkeyPatch) -> None:
         """A lifecycle whose config loads lazily (from GRACEFUL_*) limits from the very first request."""
         monkeypatch.setenv("GRACEFUL_MAX_IN_FLIGHT", "1")
