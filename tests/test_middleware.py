@@ -690,7 +690,7 @@ class TestInFlight:
 
     def test_werkzeug_response_after_a_plain_first_response_is_still_joined(self, lifecycle: Lifecycle) -> None:
         """Classes are remembered at the first non-list response; a werkzeug response later is joined, not wrapped."""
-        mw = GracefulMiddleware(lambda environ, start_response: body_or_werkzeug(environ, start_response), lifecycle)
+        mw = GracefulMiddleware(body_or_werkzeug, lifecycle)
         first = finish(call(mw, "/plain")[1])
         _, second = call(mw, "/werkzeug")
         assert (first, type(second)) == (b"x", ClosingIterator)

@@ -65,7 +65,7 @@ class TestSafeWaitGroup:
 
     def test_a_fake_clock_waits_on_it_like_an_event(self) -> None:
         """With a FakeClock the wait times out at the fake deadline, and ends early on release."""
-        clock = FakeClock(settle=0.2)  # 40 polls a settle period: the release below lands in the first
+        clock = FakeClock(settle=0.5)  # the release below lands long before time may jump (2 settles)
         wg = SafeWaitGroup()
         release = wg.add()
         start = clock.now()
