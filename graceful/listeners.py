@@ -45,7 +45,7 @@ logger = logging.getLogger(__name__)
 _TCPI_UNACKED_OFFSET = 24
 _TCP_INFO_SIZE = 104
 # How often to look at the queue while it drains: the kernel offers no event
-# for "accept queue empty", so this is the one place graceful polls.
+# for "accept queue empty".
 _POLL_INTERVAL = 0.005
 # Seconds a handshake under way when new ones stop gets to complete: the
 # client's final ACK comes one round trip after our SYN-ACK, well under a
@@ -67,6 +67,7 @@ _DROP_NEW_HANDSHAKES = (
     (0x06, 0, 0, 0),  # BPF_RET | BPF_K: drop
     (0x06, 0, 0, 0xFFFFFFFF),  # BPF_RET | BPF_K: keep the whole packet
 )
+_DROP_NEW_HANDSHAKES_CODE = b"".join(struct.pack("HBBI", *instruction) for instruction in _DROP_NEW_HANDSHAKES)
 
 
 def accept_queue_length(sock: socket.socket) -> int | None:
@@ -90,7 +91,7 @@ def drop_new_handshakes(sock: socket.socket) -> bool:
     """
     if sys.platform != "linux" or sock.family not in (socket.AF_INET, socket.AF_INET6):
         return False
-    code = b"".join(struct.pack("HBBI", *instruction) for instruction in _DROP_NEW_HANDSHAKES)
+    code = _DROP_NEW_HANDSHAKES_CODE
     program = ctypes.create_string_buffer(code, len(code))
     # struct sock_fprog {unsigned short len; struct sock_filter *filter;}; the kernel copies the program.
     fprog = struct.pack("HP", len(_DROP_NEW_HANDSHAKES), ctypes.addressof(program))
