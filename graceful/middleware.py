@@ -373,11 +373,13 @@ class GracefulMiddleware:
     def _hindered(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes] | None:
         """The checks a request skips while the lifecycle is unhindered: the answer, or None to count it."""
         lifecycle = self.lifecycle
-        lifecycle.refresh_unhindered()
-        if self._not_accepting.fired_at is not None and lifecycle.config.send_retry_after:
+        stopped = self._not_accepting.fired_at is not None
+        if stopped and lifecycle.config.send_retry_after:
             return _reply(environ, start_response, 429, _SHUTTING_DOWN, str(lifecycle.config.retry_after))
         admission = lifecycle.admission
         if not admission.limit:
+            if not stopped:  # nothing to check: let the next requests skip this
+                lifecycle.refresh_unhindered()
             return None
         long_running = self.long_running
         if long_running is not None and self._is_long_running(long_running, environ):
