@@ -34,9 +34,9 @@ from typing import TYPE_CHECKING, Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from graceful.config import Config
-from graceful.lifecycle import Lifecycle
-from graceful.middleware import GracefulMiddleware
+from graceful.core.config import Config
+from graceful.core.lifecycle import Lifecycle
+from graceful.wsgi.middleware import GracefulMiddleware
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment

@@ -34,8 +34,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import requests
 
-from graceful.config import Config
-from graceful.lifecycle import Lifecycle
+from graceful.core.config import Config
+from graceful.core.lifecycle import Lifecycle
 from tests.conftest import Processes
 from tests.e2e_harness import Gunicorn, Record, fetch, free_port
 

@@ -1,11 +1,13 @@
 """Kubernetes-grade graceful shutdown for threaded WSGI servers (Gunicorn, Werkzeug).
 
-See README.md for the timeline; ``graceful.lifecycle`` documents it in code.
+See README.md for the timeline; ``graceful.core.lifecycle`` documents it in code.
 """
 
 from __future__ import annotations
 
-from graceful._default import (
+from graceful.core.admission import AdmissionLimit
+from graceful.core.config import Config, ConfigError
+from graceful.core.default import (
     cleanup_task,
     default_lifecycle,
     liveness_check,
@@ -14,14 +16,12 @@ from graceful._default import (
     readiness_check,
     request_shutdown,
 )
-from graceful.admission import AdmissionLimit
-from graceful.config import Config, ConfigError
-from graceful.hooks import HookResult, Outcome, ShutdownReport
-from graceful.lifecycle import Lifecycle, LifecycleSignal, NullAdapter, ServerAdapter
-from graceful.middleware import GracefulMiddleware, path_prefixes
-from graceful.registry import DuplicateNameError, PhaseStartedError
-from graceful.trap import SignalTrap
-from graceful.waitgroup import SafeWaitGroup, WaitGroupClosed
+from graceful.core.hooks import HookResult, Outcome, ShutdownReport
+from graceful.core.lifecycle import Lifecycle, LifecycleSignal, NullAdapter, ServerAdapter
+from graceful.core.registry import DuplicateNameError, PhaseStartedError
+from graceful.core.waitgroup import SafeWaitGroup, WaitGroupClosed
+from graceful.process.trap import SignalTrap
+from graceful.wsgi.middleware import GracefulMiddleware, path_prefixes
 
 __version__ = "0.1.0"
 

@@ -45,7 +45,7 @@ from urllib.parse import parse_qs
 import yaml
 
 from graceful._args import seconds
-from graceful.config import Config, ConfigError
+from graceful.core.config import Config, ConfigError
 
 __all__ = [
     "DEFAULT_GRACE_PERIOD",

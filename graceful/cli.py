@@ -4,9 +4,9 @@
     python -m graceful serve myapp:create_app() --keep-alive 0
     graceful check deployment.yaml
 
-``serve`` runs the single-process server (graceful.server) with its whole
+``serve`` runs the single-process server (graceful.serve.server) with its whole
 shutdown timeline; settings come from ``GRACEFUL_*`` environment variables
-(graceful.config). ``check`` is ``graceful.check``'s own command line.
+(graceful.core.config). ``check`` is ``graceful.check``'s own command line.
 
 Exit status of ``serve``: 0 after a graceful shutdown; 1 on a second signal,
 a failed server loop or an overrun grace period (or when the address is in
@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 from graceful import __version__
 from graceful._args import seconds, whole_number
-from graceful.config import ConfigError
+from graceful.core.config import ConfigError
 
 __all__ = ["main", "parse_bind"]
 
@@ -48,7 +48,7 @@ def parse_bind(text: str) -> tuple[str, int]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from graceful.server import DEFAULT_KEEP_ALIVE, DEFAULT_THREADS
+    from graceful.serve.server import DEFAULT_KEEP_ALIVE, DEFAULT_THREADS
 
     parser = argparse.ArgumentParser(
         prog="graceful",
@@ -119,7 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     """``graceful serve``: import the app, check the settings, serve, exit."""
-    from graceful.server import AppImportError, load_app, serve, wrap_app
+    from graceful.serve.server import AppImportError, load_app, serve, wrap_app
 
     logging.basicConfig(
         level=args.log_level.upper(),

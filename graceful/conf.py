@@ -7,36 +7,32 @@ Use it as it is::
 
 or compose it with your own config file::
 
-    from graceful.conf import *          # the hooks and graceful_timeout below
+    from graceful.conf import *          # the server hooks and graceful_timeout
     import graceful
 
     @graceful.pre_shutdown_hook("deregister", timeout=3)
     def deregister(): ...                # runs once, in the master, at SIGTERM
 
-If your config defines one of the hooks below itself, call ours from it
-(``graceful.conf.post_fork(server, worker)``). Settings come from
-``GRACEFUL_*`` environment variables (see ``graceful.config``); a bad one
-stops Gunicorn at start-up with a message naming it.
-
-``graceful_timeout`` is derived (drain_timeout + hook_timeout + 1 s) unless
-you set it; a value that cannot fit the drain and cleanup, or that pushes
-the shutdown past GRACEFUL_GRACE_PERIOD, is refused at start-up.
-
-Every function here is a Gunicorn server hook; each docstring says where
-Gunicorn runs it.
+This file is the public path only: the hooks live in
+:mod:`graceful.gunicorn.hooks`, beside the master's part
+(:mod:`graceful.gunicorn.master`), each worker's part
+(:mod:`graceful.gunicorn.worker`) and the state they share
+(:mod:`graceful.gunicorn.shared`).
 """
 
 from __future__ import annotations
 
-import logging
-import math
-import sys
-from typing import Any
-
-from graceful._default import default_lifecycle
-from graceful.config import BUDGET_MARGIN, ConfigError
-from graceful.gunicorn_master import MasterShutdown
-from graceful.gunicorn_worker import WorkerShutdown, check_graceful_timeout
+from graceful.gunicorn.hooks import (
+    graceful_timeout,
+    on_exit,
+    on_reload,
+    on_starting,
+    post_fork,
+    post_worker_init,
+    pre_request,
+    when_ready,
+    worker_exit,
+)
 
 __all__ = [
     "graceful_timeout",
@@ -49,96 +45,3 @@ __all__ = [
     "when_ready",
     "worker_exit",
 ]
-
-try:
-    _config = default_lifecycle.config
-except ConfigError as _error:
-    # Gunicorn prints a traceback for any other exception while reading a config.
-    sys.exit(f"graceful: {_error}")
-
-#: Gunicorn's setting: how long the master waits for workers to drain and clean up.
-graceful_timeout = math.ceil(_config.drain_timeout + _config.hook_timeout + BUDGET_MARGIN)
-
-
-def _check_settings(server: Any) -> None:
-    """Refuse a budget or a graceful_timeout that cannot work; raise RuntimeError (Gunicorn prints it)."""
-    lifecycle = default_lifecycle
-    config = lifecycle.config
-    chosen = float(server.cfg.graceful_timeout)
-    first_half = max(config.shutdown_delay, lifecycle.longest_pre_shutdown_timeout())
-    try:
-        lifecycle.check_budget()
-    except ConfigError as exc:
-        raise RuntimeError(f"graceful: {exc}") from None
-    # Cleanup tasks the app registers later get hook_timeout unless they say otherwise.
-    cleanup = max(lifecycle.longest_cleanup_timeout(), config.hook_timeout)
-    check_graceful_timeout(chosen, config.drain_timeout, cleanup)
-    if first_half + chosen > config.grace_period:
-        raise RuntimeError(
-            f"graceful: max(shutdown_delay, longest pre-shutdown hook) {first_half:g}s + Gunicorn's"
-            f" graceful_timeout {chosen:g}s = {first_half + chosen:g}s > GRACEFUL_GRACE_PERIOD"
-            f" {config.grace_period:g}s: lower graceful_timeout (or leave it unset) or raise the grace period"
-        )
-
-
-def _log_to_gunicorn(server: Any) -> None:
-    """Send graceful's log lines to Gunicorn's error log, unless logging was configured for them."""
-    ours = logging.getLogger("graceful")
-    if ours.handlers or logging.getLogger().handlers:
-        return
-    for handler in server.log.error_log.handlers:
-        ours.addHandler(handler)
-    ours.setLevel(logging.INFO)
-
-
-def on_starting(server: Any) -> None:
-    """Master, main thread, before the listeners and the first fork: check settings, share state."""
-    _log_to_gunicorn(server)
-    _check_settings(server)
-    server.graceful = MasterShutdown(server, default_lifecycle)
-
-
-def when_ready(server: Any) -> None:
-    """Master, main thread, listeners bound: take over SIGTERM."""
-    server.graceful.install()
-
-
-def on_reload(server: Any) -> None:
-    """Master, main thread, on HUP (the config may have been re-executed): check settings again.
-
-    A reload must not take down a running server: a problem is logged, not raised.
-    """
-    try:
-        _check_settings(server)
-    except RuntimeError as exc:
-        server.log.error("%s (after reload; the server keeps running)", exc)
-
-
-def post_fork(server: Any, worker: Any) -> None:
-    """Worker, main thread, just after the fork: set up the worker's own shutdown."""
-    master = server.graceful
-    worker.graceful = WorkerShutdown(
-        worker, default_lifecycle, master.shared, master.on_signal, master.workers_own_listeners()
-    )
-
-
-def post_worker_init(worker: Any) -> None:
-    """Worker, main thread, app loaded: wrap the app, start post-start hooks and the watch thread."""
-    worker.graceful.start()
-
-
-def pre_request(worker: Any, req: Any) -> None:
-    """Worker, the thread serving ``req``: ask for ``Connection: close`` once shutting down."""
-    worker.graceful.before_request(req)
-
-
-def worker_exit(server: Any, worker: Any) -> None:
-    """Worker main thread as it exits (also the master, on one path; ignored there): drain, clean up."""
-    state = getattr(worker, "graceful", None)
-    if state is not None:
-        state.exit()
-
-
-def on_exit(server: Any) -> None:
-    """Master, main thread, after every worker exited."""
-    server.graceful.finish()

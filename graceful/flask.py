@@ -12,7 +12,7 @@ or, with an app factory::
         graceful.init_app(app)
         return app
 
-``init_app`` wraps ``app.wsgi_app`` in :class:`graceful.middleware.GracefulMiddleware`
+``init_app`` wraps ``app.wsgi_app`` in :class:`graceful.GracefulMiddleware`
 (``/livez``, ``/readyz``, ``/healthz``, admission, the in-flight count) and
 installs the middleware's bound ``__call__`` as ``app.wsgi_app`` (the
 middleware object itself: ``Graceful.middleware(app)``),
@@ -31,7 +31,7 @@ Which lifecycle drives it, in one rule:
   ``lifecycle=graceful.default_lifecycle`` to one of them to have the server
   drive it instead.
 
-Settings, highest precedence first (as :mod:`graceful.config` documents):
+Settings, highest precedence first (as :mod:`graceful.core.config` documents):
 keyword arguments of ``Graceful``, ``GRACEFUL_*`` environment variables,
 ``GRACEFUL_*`` keys of ``app.config``, the defaults. A bad value raises
 :class:`graceful.ConfigError` from ``init_app``, at start-up. One extension
@@ -62,11 +62,11 @@ from typing import Any, TypeVar
 
 from flask import Flask
 
-from graceful import _default
-from graceful.config import Config
-from graceful.health import DEFAULT_CHECK_TIMEOUT
-from graceful.lifecycle import Lifecycle
-from graceful.middleware import GracefulMiddleware, LongRunning, find_middleware
+from graceful.core import default as _default
+from graceful.core.config import Config
+from graceful.core.lifecycle import Lifecycle
+from graceful.wsgi.health import DEFAULT_CHECK_TIMEOUT
+from graceful.wsgi.middleware import GracefulMiddleware, LongRunning, find_middleware
 
 __all__ = ["EXTENSION_KEY", "Graceful"]
 
@@ -136,7 +136,7 @@ class Graceful:
         """The :class:`GracefulMiddleware` that ``init_app`` installed in ``app``.
 
         Raises ``LookupError`` when there is none to be found (see
-        :func:`graceful.middleware.find_middleware`).
+        :func:`graceful.wsgi.middleware.find_middleware`).
         """
         found = find_middleware(app, self.lifecycle)
         if found is None:

@@ -15,10 +15,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
-from graceful.clock import Waitable
-from graceful.config import Config
-from graceful.hooks import ShutdownReport
-from graceful.lifecycle import Lifecycle, ServerAdapter
+from graceful.core.clock import Waitable
+from graceful.core.config import Config
+from graceful.core.hooks import ShutdownReport
+from graceful.core.lifecycle import Lifecycle, ServerAdapter
 
 __all__ = ["FakeClock", "SignalRecorder", "run_shutdown"]
 

@@ -1,10 +1,10 @@
-"""Tests for graceful.admission."""
+"""Tests for graceful.core.admission."""
 
 from __future__ import annotations
 
 import pytest
 
-from graceful.admission import AdmissionLimit
+from graceful.core.admission import AdmissionLimit
 
 
 class TestAdmissionLimit:

@@ -1,4 +1,4 @@
-"""Tests for graceful.config."""
+"""Tests for graceful.core.config."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from graceful.config import BUDGET_MARGIN, Config, ConfigError, env_name
+from graceful.core.config import BUDGET_MARGIN, Config, ConfigError, env_name
 
 
 class TestDefaults:

@@ -13,12 +13,12 @@ from werkzeug.test import Client
 
 import graceful
 import graceful.flask as graceful_flask
-from graceful import _default
-from graceful.config import Config, ConfigError
+from graceful.core import default as _default
+from graceful.core.config import Config, ConfigError
+from graceful.core.lifecycle import Lifecycle
+from graceful.core.registry import CLEANUP_TASK, LIVENESS_CHECK, POST_START_HOOK, PRE_SHUTDOWN_HOOK, READINESS_CHECK
 from graceful.flask import Graceful
-from graceful.lifecycle import Lifecycle
-from graceful.middleware import GracefulMiddleware, as_middleware, path_prefixes
-from graceful.registry import CLEANUP_TASK, LIVENESS_CHECK, POST_START_HOOK, PRE_SHUTDOWN_HOOK, READINESS_CHECK
+from graceful.wsgi.middleware import GracefulMiddleware, as_middleware, path_prefixes
 
 
 @pytest.fixture(autouse=True)

@@ -1,4 +1,4 @@
-"""Unit tests of graceful.gunicorn_worker's pieces that need no Gunicorn process."""
+"""Unit tests of graceful.gunicorn.worker's pieces that need no Gunicorn process."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from graceful.gunicorn_worker import _stop_accepting
+from graceful.gunicorn.worker import _stop_accepting
 
 
 class OldGthreadWorker:

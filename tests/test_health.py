@@ -1,4 +1,4 @@
-"""Tests for graceful.health: which checks run, how they are timed and cached, how probes render."""
+"""Tests for graceful.wsgi.health: which checks run, how they are timed and cached, how probes render."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from graceful.config import Config
-from graceful.health import (
+from graceful.core.config import Config
+from graceful.core.lifecycle import Lifecycle
+from graceful.testing import FakeClock, SignalRecorder
+from graceful.wsgi.health import (
     DEFAULT_CHECK_TIMEOUT,
     HEALTHZ,
     LIVEZ,
@@ -20,8 +22,6 @@ from graceful.health import (
     HealthQuery,
     HealthReport,
 )
-from graceful.lifecycle import Lifecycle
-from graceful.testing import FakeClock, SignalRecorder
 
 # Generous bound for "answers on time": far above check_timeout, far below a hang.
 ON_TIME = 3.0
@@ -210,7 +210,7 @@ class TestHealthChecksComposition:
             raise ValueError("db down")
 
         lifecycle.liveness_check("db")(broken)
-        with caplog.at_level(logging.WARNING, logger="graceful.health"):
+        with caplog.at_level(logging.WARNING, logger="graceful.wsgi.health"):
             result = HealthChecks(lifecycle).evaluate(LIVEZ, only="db").results[0]
         assert (result.ok, result.reason) == (False, "ValueError: db down")
         assert any(record.exc_info for record in caplog.records)
@@ -385,7 +385,7 @@ class TestRespond:
             raise RuntimeError("password=hunter2")
 
         lifecycle.readiness_check("db")(broken)
-        with caplog.at_level(logging.INFO, logger="graceful.health"):
+        with caplog.at_level(logging.INFO, logger="graceful.wsgi.health"):
             response = HealthChecks(lifecycle).respond(READYZ)
         assert response.status == 503
         assert response.body == "[+]ping ok\n[-]db failed: reason withheld\n[+]shutdown ok\nreadyz check failed\n"
@@ -402,7 +402,7 @@ class TestRespond:
     def test_shutdown_only_failure_logs_at_info(self, lifecycle: Lifecycle, caplog: pytest.LogCaptureFixture) -> None:
         """Failing only because of the shutdown is logged at INFO, not as a warning."""
         lifecycle.initiate_shutdown()
-        with caplog.at_level(logging.INFO, logger="graceful.health"):
+        with caplog.at_level(logging.INFO, logger="graceful.wsgi.health"):
             HealthChecks(lifecycle).respond(READYZ)
         records = [r for r in caplog.records if "check failed" in r.getMessage()]
         assert [r.levelno for r in records] == [logging.INFO]

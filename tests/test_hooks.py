@@ -1,4 +1,4 @@
-"""Tests for graceful.hooks (the concurrent hook runner)."""
+"""Tests for graceful.core.hooks (the concurrent hook runner)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import sys
 import threading
 import time
 
-from graceful.clock import MonotonicClock
-from graceful.hooks import Hook, HookBatch, Outcome, ShutdownReport
+from graceful.core.clock import MonotonicClock
+from graceful.core.hooks import Hook, HookBatch, Outcome, ShutdownReport
 from graceful.testing import FakeClock
 
 
@@ -102,7 +102,7 @@ class TestHookBatch:
 class TestShutdownReport:
     def test_summary_counts_outcomes(self) -> None:
         """summary() counts ok, failed and timed out."""
-        from graceful.hooks import HookResult
+        from graceful.core.hooks import HookResult
 
         r = ShutdownReport(
             (

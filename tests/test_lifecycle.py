@@ -1,4 +1,4 @@
-"""Tests for graceful.lifecycle: the timeline, its order and its bounds."""
+"""Tests for graceful.core.lifecycle: the timeline, its order and its bounds."""
 
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ import threading
 
 import pytest
 
-from graceful.clock import MonotonicClock
-from graceful.config import Config
-from graceful.hooks import Outcome
-from graceful.lifecycle import Lifecycle
-from graceful.registry import PhaseStartedError
+from graceful.core.clock import MonotonicClock
+from graceful.core.config import Config
+from graceful.core.hooks import Outcome
+from graceful.core.lifecycle import Lifecycle
+from graceful.core.registry import PhaseStartedError
 from graceful.testing import FakeClock, SignalRecorder, run_shutdown
 
 DEFAULT_ORDER = [

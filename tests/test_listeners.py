@@ -1,4 +1,4 @@
-"""graceful.listeners: stop listening without resetting a connection the kernel took on."""
+"""graceful.process.sockets: stop listening without resetting a connection the kernel took on."""
 
 from __future__ import annotations
 
@@ -12,7 +12,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from graceful.listeners import HANDSHAKE_SETTLE, accept_queue_length, close_after_queue_drains, drop_new_handshakes
+from graceful.process.sockets import (
+    HANDSHAKE_SETTLE,
+    accept_queue_length,
+    close_after_queue_drains,
+    drop_new_handshakes,
+)
 
 linux_only = pytest.mark.skipif(sys.platform != "linux", reason="socket filters and TCP_INFO queue length are Linux's")
 

@@ -1,4 +1,4 @@
-"""Tests for graceful.middleware: health routing, admission, the in-flight count, long-running requests."""
+"""Tests for graceful.wsgi.middleware: health routing, admission, the in-flight count, long-running requests."""
 
 from __future__ import annotations
 
@@ -20,9 +20,10 @@ from werkzeug.wrappers import Response
 from werkzeug.wsgi import ClosingIterator
 
 import graceful
-from graceful.config import Config
-from graceful.lifecycle import Lifecycle
-from graceful.middleware import (
+from graceful.core.config import Config
+from graceful.core.lifecycle import Lifecycle
+from graceful.testing import FakeClock
+from graceful.wsgi.middleware import (
     LIFECYCLE_KEY,
     SHUTTING_DOWN_KEY,
     GracefulMiddleware,
@@ -30,7 +31,6 @@ from graceful.middleware import (
     find_middleware,
     path_prefixes,
 )
-from graceful.testing import FakeClock
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIEnvironment
@@ -682,7 +682,7 @@ class TestInFlight:
     def test_werkzeug_is_not_loaded_by_graceful(self) -> None:
         """graceful looks werkzeug's ClosingIterator up, never imports it: a plain app's worker goes without."""
         code = (
-            "import sys, graceful, graceful.conf, graceful.middleware\n"
+            "import sys, graceful, graceful.conf, graceful.wsgi.middleware\n"
             "print(sorted(name for name in sys.modules if name.split('.')[0] == 'werkzeug'))"
         )
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
@@ -849,7 +849,7 @@ class TestLongRunning:
             raise RuntimeError("bad predicate")
 
         app = Recorder(lifecycle)
-        with caplog.at_level(logging.ERROR, logger="graceful.middleware"):
+        with caplog.at_level(logging.ERROR, logger="graceful.wsgi.middleware"):
             finish(call(GracefulMiddleware(app, lifecycle, long_running=broken))[1])
         assert app.count_in_app == 1
         assert "long_running predicate raised" in caplog.text
@@ -991,7 +991,7 @@ class TestFuzz:
 
         monkeypatch.setattr(mw.health, "respond", broken)
         captured = Captured()
-        with caplog.at_level(logging.ERROR, logger="graceful.middleware"):
+        with caplog.at_level(logging.ERROR, logger="graceful.wsgi.middleware"):
             finish(mw(environ_for("/readyz"), captured))
         assert captured.code == 500
         assert "health endpoint" in caplog.text

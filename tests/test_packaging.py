@@ -43,7 +43,7 @@ class TestDistributions:
         with tarfile.open(sdist) as archive:
             names = archive.getnames()
         assert any(n.endswith("/README.md") for n in names)
-        assert any(n.endswith("/graceful/lifecycle.py") for n in names)
+        assert any(n.endswith("/graceful/core/lifecycle.py") for n in names)
 
     def test_wheel_installs_and_imports_in_a_fresh_venv(self, dist: Path, tmp_path: Path) -> None:
         """Installed from the wheel (dependencies from this environment), graceful imports and runs its CLI."""

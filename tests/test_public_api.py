@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import graceful
-import graceful._default
+import graceful.core.default
 
 
 class TestPublicApi:
@@ -24,7 +24,7 @@ class TestPublicApi:
     def test_decorators_register_on_the_default_lifecycle(self, monkeypatch: pytest.MonkeyPatch) -> None:
         """graceful.readiness_check and friends register on the default lifecycle."""
         fresh = graceful.Lifecycle()
-        monkeypatch.setattr(graceful._default, "default_lifecycle", fresh)  # keep the real one clean
+        monkeypatch.setattr(graceful.core.default, "default_lifecycle", fresh)  # keep the real one clean
 
         @graceful.readiness_check("db")
         def check() -> bool:

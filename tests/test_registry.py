@@ -1,11 +1,11 @@
-"""Tests for graceful.registry."""
+"""Tests for graceful.core.registry."""
 
 from __future__ import annotations
 
 import pytest
 
-from graceful.hooks import Hook
-from graceful.registry import CLEANUP_TASK, PRE_SHUTDOWN_HOOK, DuplicateNameError, PhaseStartedError, Registry
+from graceful.core.hooks import Hook
+from graceful.core.registry import CLEANUP_TASK, PRE_SHUTDOWN_HOOK, DuplicateNameError, PhaseStartedError, Registry
 
 
 def one() -> None:

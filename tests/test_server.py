@@ -1,4 +1,4 @@
-"""Tests for graceful.server: the app loader, the request handler, the stop, and `graceful serve` end to end."""
+"""Tests for graceful.serve.server: the app loader, the request handler, the stop, and `graceful serve` end to end."""
 
 from __future__ import annotations
 
@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import requests
 
-from graceful.config import Config
-from graceful.lifecycle import Lifecycle
-from graceful.listeners import accept_queue_length
-from graceful.middleware import GracefulMiddleware
-from graceful.server import AppImportError, GracefulServer, load_app, wrap_app
+from graceful.core.config import Config
+from graceful.core.lifecycle import Lifecycle
+from graceful.process.sockets import accept_queue_length
+from graceful.serve.server import AppImportError, GracefulServer, load_app, wrap_app
+from graceful.wsgi.middleware import GracefulMiddleware
 from tests.conftest import QUICK_HOOKS_ORDER, ROOT, Processes
 
 if TYPE_CHECKING:

@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
-from graceful.config import Config
-from graceful.lifecycle import Lifecycle
+from graceful.core.config import Config
+from graceful.core.lifecycle import Lifecycle
 from graceful.testing import FakeClock, SignalRecorder, run_shutdown
 
 

@@ -1,4 +1,4 @@
-"""Tests for graceful.trap: injected signals in-process, real signals in a subprocess."""
+"""Tests for graceful.process.trap: injected signals in-process, real signals in a subprocess."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from graceful.trap import SignalTrap
+from graceful.process.trap import SignalTrap
 from tests.conftest import QUICK_HOOKS_ORDER, Processes, read_until
 
 

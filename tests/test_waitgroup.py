@@ -1,4 +1,4 @@
-"""Tests for graceful.waitgroup."""
+"""Tests for graceful.core.waitgroup."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from graceful.core.waitgroup import POLL_INTERVAL, SafeWaitGroup, WaitGroupClosed
 from graceful.testing import FakeClock
-from graceful.waitgroup import POLL_INTERVAL, SafeWaitGroup, WaitGroupClosed
 
 
 class TestSafeWaitGroup:

@@ -11,9 +11,9 @@ import logging
 import sys
 import threading
 
-from graceful.config import Config
-from graceful.lifecycle import Lifecycle
-from graceful.trap import SignalTrap
+from graceful.core.config import Config
+from graceful.core.lifecycle import Lifecycle
+from graceful.process.trap import SignalTrap
 
 logging.basicConfig(stream=sys.stdout, level=logging.INFO, format="%(levelname)s %(message)s")
 mode = sys.argv[1]

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from graceful.clock import Waitable
+    from graceful.core.clock import Waitable
 
 __all__ = ["POLL_INTERVAL", "SafeWaitGroup", "WaitGroupClosed"]
 
@@ -106,7 +106,7 @@ class _Once:
 class _Emptied:
     """The "nothing in flight" condition, with the ``is_set``/``wait`` of a ``threading.Event``.
 
-    A clock waits on it as on an event (``graceful.clock.Clock.wait``); its
+    A clock waits on it as on an event (``graceful.core.clock.Clock.wait``); its
     ``wait`` looks at the count every :data:`POLL_INTERVAL` seconds.
     """
 

@@ -32,12 +32,12 @@ from typing import Any
 
 from gunicorn import systemd
 
-from graceful.config import BUDGET_MARGIN
-from graceful.exit import exit_process
-from graceful.lifecycle import Lifecycle
-from graceful.listeners import close_after_queue_drains
-from graceful.shared import SharedState
-from graceful.trap import SignalTrap
+from graceful.core.config import BUDGET_MARGIN
+from graceful.core.lifecycle import Lifecycle
+from graceful.gunicorn.shared import SharedState
+from graceful.process.exit import exit_process
+from graceful.process.sockets import close_after_queue_drains
+from graceful.process.trap import SignalTrap
 
 __all__ = ["MasterShutdown"]
 

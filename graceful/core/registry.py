@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable
 from typing import TypeVar
 
-from graceful.hooks import Hook
+from graceful.core.hooks import Hook
 
 __all__ = [
     "CLEANUP_TASK",

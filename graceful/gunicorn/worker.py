@@ -32,11 +32,11 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-from graceful.lifecycle import Lifecycle, NullAdapter, SignalListener
-from graceful.listeners import close_after_queue_drains
-from graceful.middleware import GracefulMiddleware
-from graceful.registry import PRE_SHUTDOWN_HOOK
-from graceful.shared import SharedState
+from graceful.core.lifecycle import Lifecycle, NullAdapter, SignalListener
+from graceful.core.registry import PRE_SHUTDOWN_HOOK
+from graceful.gunicorn.shared import SharedState
+from graceful.process.sockets import close_after_queue_drains
+from graceful.wsgi.middleware import GracefulMiddleware
 
 #: Upper bound (s) on waiting for a worker's own accept queue to empty (reuse_port).
 QUEUE_DRAIN_TIMEOUT = 5.0

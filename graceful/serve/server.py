@@ -19,7 +19,7 @@ shutdown timeline itself::
 Threads, and what runs on each:
 
 ``MainThread``
-    :func:`serve`: binds, installs the :class:`~graceful.trap.SignalTrap`,
+    :func:`serve`: binds, installs the :class:`~graceful.process.trap.SignalTrap`,
     starts the others, runs the post-start hooks, waits for CleanupFinished.
 ``graceful-serve``
     :meth:`GracefulServer.serve_forever`: one selector over the listener and
@@ -27,7 +27,7 @@ Threads, and what runs on each:
     hands connections that have a request to the pool, closes idle ones.
 ``graceful-worker-N``
     ``threads`` of them; each serves one request at a time with
-    :class:`~graceful._http.RequestHandler` (Werkzeug's ``WSGIRequestHandler`` for parsing and
+    :class:`~graceful.serve.connection.RequestHandler` (Werkzeug's ``WSGIRequestHandler`` for parsing and
     the WSGI environ), so an idle keep-alive connection holds no thread.
 ``graceful-signals``, ``graceful-shutdown``
     the trap's thread and the lifecycle's timeline; the shutdown thread calls
@@ -42,8 +42,8 @@ server does.
 This module holds :func:`serve` (start-up, the wait for CleanupFinished,
 exit) and :class:`GracefulServer` (the selector loop, the worker pool and
 the stop: the lifecycle's ServerAdapter). Loading and wrapping the app is in
-:mod:`graceful._loading`; reading one request and writing its response, in
-:mod:`graceful._http`. Their public names are importable from here.
+:mod:`graceful.serve.loading`; reading one request and writing its response, in
+:mod:`graceful.serve.connection`. Their public names are importable from here.
 """
 
 from __future__ import annotations
@@ -60,11 +60,11 @@ from typing import TYPE_CHECKING
 
 from werkzeug.serving import BaseWSGIServer
 
-from graceful._http import IO_TIMEOUT, Connection, RequestHandler
-from graceful._loading import AppImportError, load_app, wrap_app
-from graceful.lifecycle import Lifecycle
-from graceful.listeners import close_after_queue_drains
-from graceful.trap import SignalTrap
+from graceful.core.lifecycle import Lifecycle
+from graceful.process.sockets import close_after_queue_drains
+from graceful.process.trap import SignalTrap
+from graceful.serve.connection import IO_TIMEOUT, Connection, RequestHandler
+from graceful.serve.loading import AppImportError, load_app, wrap_app
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import WSGIApplication
@@ -110,7 +110,7 @@ _WAKEUP = "wakeup"
 class GracefulServer(BaseWSGIServer):
     """A threaded WSGI server with a bounded pool, keep-alive, and a graceful stop.
 
-    It is the :class:`~graceful.lifecycle.ServerAdapter` of its lifecycle
+    It is the :class:`~graceful.core.lifecycle.ServerAdapter` of its lifecycle
     (:meth:`stop_listening`). Build it on the main thread (it binds at once;
     Werkzeug prints the error and exits 1 when the address is taken), then
     :meth:`start` it. ``port`` 0 binds a free port (see ``server.port``).
@@ -208,7 +208,7 @@ class GracefulServer(BaseWSGIServer):
         """Shutdown thread: stop listening without resetting the connections the kernel queued.
 
         1. Drop new handshakes and wait (bounded) until the accept queue is
-           empty while graceful-serve keeps accepting (graceful.listeners).
+           empty while graceful-serve keeps accepting (graceful.process.sockets).
         2. graceful-serve closes the listener: new connections are refused.
            It serves idle keep-alive connections whose next request is already
            there and closes the rest; connections still silent get

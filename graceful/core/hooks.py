@@ -9,7 +9,7 @@ others.
 A hook that never returns leaves a thread behind. ``ThreadPoolExecutor``
 threads are joined at interpreter exit, so such a thread would hold the
 process open: :attr:`HookBatch.hung` names them, and the caller ends the
-process with :func:`graceful.exit.exit_process`, which skips that join.
+process with :func:`graceful.process.exit.exit_process`, which skips that join.
 
 Under Gunicorn, pre-shutdown hooks run in the master, cleanup tasks in each
 worker; both on threads named ``graceful-<kind>``.
@@ -24,7 +24,7 @@ import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 
-from graceful.clock import Clock
+from graceful.core.clock import Clock
 
 __all__ = ["Hook", "HookBatch", "HookResult", "Outcome", "ShutdownReport"]
 

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-from graceful.exit import exit_process
+from graceful.process.exit import exit_process
 
 __all__ = ["SignalTrap"]
 

@@ -21,7 +21,7 @@
                                out; the process may exit 0.
 
     HasBeenReady fires apart from all this, at the first passing /readyz.
-    A second SIGTERM/SIGINT at any point exits 1 at once (graceful.trap).
+    A second SIGTERM/SIGINT at any point exits 1 at once (graceful.process.trap).
 
 Each signal wraps a ``threading.Event``, remembers the monotonic time it
 fired, fires once however often it is signalled, and logs one line with the
@@ -41,12 +41,11 @@ import threading
 from collections.abc import Callable
 from typing import NoReturn, Protocol, TypeVar
 
-from graceful.admission import AdmissionLimit
-from graceful.clock import Clock, MonotonicClock
-from graceful.config import Config
-from graceful.exit import exit_process
-from graceful.hooks import HookBatch, ShutdownReport
-from graceful.registry import (
+from graceful.core.admission import AdmissionLimit
+from graceful.core.clock import Clock, MonotonicClock
+from graceful.core.config import Config
+from graceful.core.hooks import HookBatch, ShutdownReport
+from graceful.core.registry import (
     CLEANUP_TASK,
     LIVENESS_CHECK,
     POST_START_HOOK,
@@ -54,7 +53,8 @@ from graceful.registry import (
     READINESS_CHECK,
     Registry,
 )
-from graceful.waitgroup import SafeWaitGroup
+from graceful.core.waitgroup import SafeWaitGroup
+from graceful.process.exit import exit_process
 
 __all__ = ["Lifecycle", "LifecycleSignal", "NullAdapter", "ServerAdapter", "SignalListener"]
 
@@ -84,7 +84,7 @@ class LifecycleSignal:
     """A named one-shot fact: fires once, remembers when, can be waited on.
 
     ``fire`` is idempotent and thread-safe (it takes a lock, so never call it
-    from an OS signal handler: graceful.trap queues instead).
+    from an OS signal handler: graceful.process.trap queues instead).
     """
 
     def __init__(self, name: str, lifecycle: Lifecycle) -> None:
@@ -349,7 +349,7 @@ class Lifecycle:
     def request_shutdown(self) -> None:
         """Start the whole timeline on its own thread; later calls do nothing.
 
-        Safe from any thread, but not from an OS signal handler (use graceful.trap).
+        Safe from any thread, but not from an OS signal handler (use graceful.process.trap).
         """
         with self._lock:
             if self._driver is not None:

@@ -6,7 +6,7 @@ on it with Werkzeug's request parsing and WSGI environ, giving the app a
 ``wsgi.input`` that ends with the body (:class:`_Body`) and writing the
 response itself (:class:`_Response`): chunked when its length is unknown,
 ``Connection: close`` once ShutdownInitiated has fired. The server
-(:class:`graceful.server.GracefulServer`) decides what the connection does next.
+(:class:`graceful.serve.server.GracefulServer`) decides what the connection does next.
 
 Threads: everything here runs on a ``graceful-worker-N`` thread, except
 :meth:`Connection.close`, which runs on whichever thread closes the
@@ -25,18 +25,18 @@ from typing import TYPE_CHECKING, Any
 from werkzeug.exceptions import InternalServerError
 from werkzeug.serving import WSGIRequestHandler
 
-from graceful._loading import ADMITTED_KEY
+from graceful.serve.loading import ADMITTED_KEY
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
     from _typeshed.wsgi import InputStream, WSGIEnvironment
 
-    from graceful.server import GracefulServer
+    from graceful.serve.server import GracefulServer
 
 __all__ = ["IO_TIMEOUT", "Connection", "RequestHandler"]
 
 # The server's logger: records keep the name they had before this module was split out.
-logger = logging.getLogger("graceful.server")
+logger = logging.getLogger("graceful.serve.server")
 _access_log = logging.getLogger("graceful.access")
 
 # Seconds a socket operation may block while a request is read or written, and

@@ -1,7 +1,7 @@
 """Loading the app and wrapping it for the single-process server (``graceful serve``).
 
 :func:`load_app` imports the WSGI app named by ``module:attr``;
-:func:`wrap_app` puts it behind the :class:`~graceful.middleware.GracefulMiddleware`
+:func:`wrap_app` puts it behind the :class:`~graceful.wsgi.middleware.GracefulMiddleware`
 and the inner :class:`_MarkAdmitted` layer that tells the server when a
 request got past the middleware's admission.
 
@@ -16,9 +16,9 @@ import importlib
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from graceful import _default
-from graceful.lifecycle import Lifecycle
-from graceful.middleware import GracefulMiddleware, find_middleware
+from graceful.core import default as _default
+from graceful.core.lifecycle import Lifecycle
+from graceful.wsgi.middleware import GracefulMiddleware, find_middleware
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 __all__ = ["ADMITTED_KEY", "AppImportError", "load_app", "wrap_app"]
 
 #: environ key: called when the request reaches the app (past the middleware's admission).
-ADMITTED_KEY = "graceful.server.admitted"
+ADMITTED_KEY = "graceful.serve.server.admitted"
 
 
 class AppImportError(ValueError):

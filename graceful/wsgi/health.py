@@ -39,9 +39,9 @@ import math
 import threading
 from urllib.parse import unquote_plus
 
-from graceful.hooks import Hook
-from graceful.lifecycle import Lifecycle
-from graceful.registry import LIVENESS_CHECK, READINESS_CHECK
+from graceful.core.hooks import Hook
+from graceful.core.lifecycle import Lifecycle
+from graceful.core.registry import LIVENESS_CHECK, READINESS_CHECK
 
 __all__ = [
     "DEFAULT_CHECK_TIMEOUT",

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
-from graceful.lifecycle import Lifecycle
+from graceful.core.lifecycle import Lifecycle
 
 __all__ = [
     "cleanup_task",

@@ -1,0 +1,7 @@
+"""The Gunicorn wing: ``gunicorn -c python:graceful.conf`` (the public path, :mod:`graceful.conf`).
+
+- :mod:`.hooks` the Gunicorn server hooks, each saying where Gunicorn runs it
+- :mod:`.master` the arbiter's part: SIGTERM to Gunicorn's own stop (master process)
+- :mod:`.worker` each worker's part: readiness, admission, drain, cleanup (worker processes)
+- :mod:`.shared` the pipes the master and its forked workers share
+"""
