@@ -88,7 +88,7 @@ class TestGraceful:
         assert middleware.app == flask_wsgi_app
         assert as_middleware(app.wsgi_app) is middleware
         assert as_middleware(flask_wsgi_app) is None
-        assert as_middleware(middleware._health) is None  # only __call__ stands for the middleware
+        assert as_middleware(middleware.__repr__) is None  # only __call__ stands for the middleware
 
     def test_middleware_lookup(self) -> None:
         """Graceful.middleware(app) finds the installed middleware, also behind ProxyFix."""
