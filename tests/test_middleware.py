@@ -418,12 +418,12 @@ class TestAdmission:
         lifecycle = retry_after_lifecycle()
         mw = GracefulMiddleware(hello, lifecycle)
         assert [finish(call(mw)[1]) for _ in range(3)] == [b"hello"] * 3
-        assert lifecycle._unhindered
+        assert lifecycle.unhindered
         lifecycle.initiate_shutdown()
         assert finish(call(mw)[1]) == b"hello"  # the delay: served
         lifecycle.stop_accepting()
         assert [call(mw)[0].code for _ in range(2)] == [429, 429]
-        assert not lifecycle._unhindered
+        assert not lifecycle.unhindered
 
     def test_limit_from_the_environment_applies_from_the_first_request(self, monkeypatch: pytest.MonkeyPatch) -> None:
         """A lifecycle whose config loads lazily (from GRACEFUL_*) limits from the very first request."""
