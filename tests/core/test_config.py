@@ -14,7 +14,7 @@ from graceful.core.config import Config, ConfigError, env_name
 
 class TestDefaults:
     def test_defaults_match_the_design_table(self) -> None:
-        """The defaults are DESIGN.md's: 5 s delay, 15 s drain, 5 s hooks, 30 s grace, no limit."""
+        """The defaults are the README's table: 5 s delay, 15 s drain, 5 s hooks, 30 s grace, no limit."""
         c = Config()
         assert (c.shutdown_delay, c.drain_timeout, c.hook_timeout) == (5.0, 15.0, 5.0)
         assert (c.send_retry_after, c.retry_after, c.grace_period, c.max_in_flight) == (False, 5, 30.0, 0)
