@@ -1,30 +1,18 @@
-"""Gunicorn config that gives any WSGI app graceful's whole shutdown timeline.
+"""The Gunicorn server hooks graceful uses; ``graceful/conf.py`` is their public path.
 
-Use it as it is::
+Every function here is a Gunicorn server hook, and each docstring says where
+Gunicorn runs it: the master (``on_starting``, ``when_ready``, ``on_reload``,
+``on_exit``) hands to :mod:`graceful.gunicorn.master`; a worker
+(``post_fork``, ``post_worker_init``, ``pre_request``, ``worker_exit``) to
+:mod:`graceful.gunicorn.worker`. A config that defines one of them itself
+calls ours from it (``graceful.conf.post_fork(server, worker)``).
 
-    gunicorn -c graceful/conf.py app:app        # a path (re-executed on HUP)
-    gunicorn -c python:graceful.conf app:app    # an installed module
-
-or compose it with your own config file::
-
-    from graceful.conf import *          # the hooks and graceful_timeout below
-    import graceful
-
-    @graceful.pre_shutdown_hook("deregister", timeout=3)
-    def deregister(): ...                # runs once, in the master, at SIGTERM
-
-If your config defines one of the hooks below itself, call ours from it
-(``graceful.conf.post_fork(server, worker)``). Settings come from
-``GRACEFUL_*`` environment variables (see ``graceful.core.config``); a bad one
-stops Gunicorn at start-up with a message naming it.
-
-``graceful_timeout`` is derived (drain_timeout + hook_timeout + 1 s,
-:mod:`graceful.core.budget`) unless you set it; a value that cannot fit the
-drain and cleanup, or that pushes the shutdown past GRACEFUL_GRACE_PERIOD, is
-refused at start-up.
-
-Every function here is a Gunicorn server hook; each docstring says where
-Gunicorn runs it.
+Settings come from ``GRACEFUL_*`` environment variables (see
+``graceful.core.config``), read when this module is imported; a bad one stops
+Gunicorn at start-up with a message naming it. ``graceful_timeout`` is
+derived (drain_timeout + hook_timeout + 1 s, :mod:`graceful.core.budget`)
+unless the user sets it; a value that cannot fit the drain and cleanup, or
+that pushes the shutdown past GRACEFUL_GRACE_PERIOD, is refused at start-up.
 """
 
 from __future__ import annotations
