@@ -259,3 +259,10 @@ class TestExtras:
         )
         assert done.returncode == 0, done.stderr
         assert done.stdout.strip().startswith(str(tmp_path / "venv"))
+
+
+class TestChangelog:
+    def test_newest_section_is_this_version(self) -> None:
+        """CHANGELOG.md's first version heading is graceful.__version__ (a bump comes with its entry)."""
+        headings = re.findall(r"^## \[([^\]]+)\]", (ROOT / "CHANGELOG.md").read_text(), re.MULTILINE)
+        assert headings and headings[0] == graceful.__version__
