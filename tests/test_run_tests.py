@@ -19,10 +19,13 @@ RUN_TESTS = ROOT / "scripts" / "run-tests"
 TOX_MATRIX = ROOT / "scripts" / "tox_matrix.py"
 #: A fresh Debian's PATH, with nothing but the system's own python3.
 SYSTEM_PATH = "/usr/bin:/bin"
+#: The X.Y of the interpreter running the tests.
+THIS_MINOR = "{}.{}".format(*sys.version_info[:2])
 _PLAN_LINE = re.compile(r"^run-tests: (run|skip|MISSING) +(\S+) +python(3\.\d+) ")
 
 
 def _load() -> ModuleType:
+    """scripts/tox_matrix.py as a module (scripts/ is not a package)."""
     spec = importlib.util.spec_from_file_location("tox_matrix", TOX_MATRIX)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -140,6 +143,7 @@ class TestPlanWithTheSystemPython:
     """``scripts/run-tests --plan`` as on a fresh Debian: PATH has /usr/bin and /bin only, no pyenv."""
 
     def plan(self, home: Path, ci: bool) -> subprocess.CompletedProcess[str]:
+        """``scripts/run-tests --plan`` with only the system's PATH and a HOME of its own."""
         bash = shutil.which("bash", path=SYSTEM_PATH)
         assert bash is not None
         env = {"PATH": SYSTEM_PATH, "HOME": str(home)}
@@ -178,16 +182,20 @@ class TestPlanWithTheSystemPython:
         """With CI=true every environment is required: the missing ones are named and the exit status is 1."""
         if not os.access("/usr/bin/python3", os.X_OK):
             pytest.skip("no /usr/bin/python3")
-        done = self.plan(tmp_path, ci=True)
-        rows = plan_lines(done.stdout)
-        missing = [env for env, (status, _m) in rows.items() if status == "MISSING"]
+        ini = tox_matrix.ToxIni()
+        needs = {env: ini.interpreter(env) for env in ini.env_list}
+        available = self.system_minors({minor for minor in needs.values() if minor})
+        missing = [env for env, minor in needs.items() if minor and minor not in available]
         if not missing:
             pytest.skip("this machine's /usr/bin has every interpreter of the matrix")
+        done = self.plan(tmp_path, ci=True)
         assert done.returncode == 1
+        assert [env for env, (status, _m) in plan_lines(done.stdout).items() if status == "MISSING"] == missing
         assert f"missing interpreter(s) for: {' '.join(missing)}" in done.stderr
 
     @staticmethod
     def _system_minor() -> str:
+        """The X.Y of /usr/bin/python3."""
         probe = subprocess.run(
             ["/usr/bin/python3", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
             capture_output=True,
@@ -195,9 +203,6 @@ class TestPlanWithTheSystemPython:
             timeout=30,
         )
         return probe.stdout.strip()
-
-
-THIS_MINOR = "{}.{}".format(*sys.version_info[:2])
 
 
 class FakeMachine:
