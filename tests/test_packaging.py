@@ -130,6 +130,12 @@ class TestWheel:
         assert {"graceful/__init__.py", "graceful/conf.py", "graceful/py.typed"} <= set(names)
         assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
 
+    def test_carries_every_module_of_the_package(self, built: Built) -> None:
+        """Every .py file under graceful/ in the source tree, subpackages included, is in the wheel."""
+        sources = {path.relative_to(ROOT).as_posix() for path in (ROOT / "graceful").rglob("*.py")}
+        with zipfile.ZipFile(built.wheel) as archive:
+            assert sources <= set(archive.namelist())
+
     def test_carries_nothing_but_the_package(self, built: Built) -> None:
         """Every file is under graceful/ or the dist-info: nothing from tests/, examples/ or bench/."""
         with zipfile.ZipFile(built.wheel) as archive:
