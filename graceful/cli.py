@@ -106,7 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     args_list = list(sys.argv[1:] if argv is None else argv)
     if args_list[:1] == ["check"]:
-        from graceful import check  # its dependencies are not needed to serve
+        from graceful.kubernetes import command as check  # its dependencies are not needed to serve
 
         return check.main(args_list[1:])
     parser = _parser()
