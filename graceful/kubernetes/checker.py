@@ -1,72 +1,86 @@
-"""Running the rules over parsed documents: which containers run graceful, and what is wrong.
+"""Running the rules: which containers run graceful, in which workload, with which traffic.
 
-:func:`check_documents` is pure: it reads the parsed YAML documents only.
+:func:`check` reads an :class:`~graceful.kubernetes.manifests.Inventory`;
+:func:`check_documents` is the same for parsed documents, and pure: it reads
+nothing else.
+
 Runs only in the ``graceful check`` command.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any
 
 from graceful.kubernetes.findings import Finding
-from graceful.kubernetes.manifests import argv, grace_period, mapping, mappings, pod_specs, pre_stop_sleep
+from graceful.kubernetes.manifests import Autoscaler, Inventory, Workload
 from graceful.kubernetes.rules import RULES
-from graceful.kubernetes.settings import read_env, runs_graceful, settings
+from graceful.kubernetes.settings import Settings
 from graceful.kubernetes.subject import Subject
+from graceful.kubernetes.traffic import Routing
 
-__all__ = ["ENDPOINT_PROPAGATION", "check", "check_documents"]
+__all__ = ["check", "check_documents"]
 
-#: Seconds allowed, after the readiness probe has seen ``/readyz`` fail, for the
-#: endpoint change to reach every node and load balancer: the EndpointSlice
-#: update travels through the API server's watch, and kube-proxy rewrites its
-#: rules at most once a second (``minSyncPeriod``, 1 s by default). 2 s covers
-#: one sync plus watch latency on a healthy cluster; ingress controllers and
-#: cloud load balancers can need more (``--propagation``).
-ENDPOINT_PROPAGATION = 2.0
+#: The kinds whose ``spec.replicas`` defaults to 1 when left out.
+_REPLICATED = frozenset({"Deployment", "StatefulSet", "ReplicaSet", "ReplicationController"})
 
 
-def _subjects(docs: Iterable[Any], source: str, propagation: float) -> Iterator[Subject]:
-    """Yield every container that runs graceful, with what the rules need."""
-    for doc in docs:
-        for kind, name, pod_spec in pod_specs(doc):
-            for raw in mappings(pod_spec.get("containers")):
-                command = argv(raw)
-                values, unreadable, names = read_env(raw)
-                if not runs_graceful(command, values, names):
-                    continue
-                yield Subject(
-                    source=source,
-                    kind=kind,
-                    name=name,
-                    container=str(raw.get("name", "<unnamed>")),
-                    argv=command,
-                    readiness=mapping(raw.get("readinessProbe")),
-                    liveness=mapping(raw.get("livenessProbe")),
-                    pre_stop_sleep=pre_stop_sleep(raw),
-                    grace_period=grace_period(pod_spec),
-                    settings=settings(values, unreadable),
-                    propagation=propagation,
-                )
+def check(
+    inventory: Inventory, *, traffic: str | None = None, propagation: float | None = None
+) -> tuple[int, list[Finding]]:
+    """Return how many containers run graceful, and the findings about them, in input order.
 
-
-def check(docs: Iterable[Any], source: str, propagation: float) -> tuple[int, list[Finding]]:
-    """Return how many containers run graceful, and the findings about them."""
+    ``traffic`` states where the traffic comes from for every workload (one
+    of :data:`graceful.kubernetes.traffic.CASES`; read from the input when
+    ``None``); ``propagation`` replaces that case's figure, in seconds.
+    """
+    routing = Routing(inventory, case=traffic, propagation=propagation)
+    autoscalers: dict[tuple[str, str], list[Autoscaler]] = {}
+    for autoscaler in inventory.autoscalers:
+        autoscalers.setdefault((autoscaler.target_kind, autoscaler.target_name), []).append(autoscaler)
     count = 0
     findings: list[Finding] = []
-    for subject in _subjects(docs, source, propagation):
-        count += 1
-        for rule in RULES:
-            findings.extend(rule(subject))
+    for workload in inventory.workloads:
+        replicas, replicas_text = _replicas(workload, autoscalers.get((workload.kind, workload.name), []))
+        where = routing.traffic(workload)
+        for container in workload.containers:
+            if not container.runs_graceful:
+                continue
+            count += 1
+            subject = Subject(workload, container, Settings.of(container), where, replicas, replicas_text)
+            for rule in RULES:
+                findings.extend(rule(subject))
     return count, findings
 
 
-def check_documents(docs: Iterable[Any], source: str, *, propagation: float = ENDPOINT_PROPAGATION) -> list[Finding]:
+def _replicas(workload: Workload, autoscalers: list[Autoscaler]) -> tuple[int | None, str]:
+    """Return the fewest replicas the workload runs, and in words where that comes from."""
+    for autoscaler in autoscalers:
+        if autoscaler.scales(workload):
+            return (
+                autoscaler.min_replicas,
+                f"minReplicas {autoscaler.min_replicas} (HorizontalPodAutoscaler/{autoscaler.name})",
+            )
+    if workload.kind not in _REPLICATED:
+        return None, ""
+    if workload.replicas is None:
+        return 1, "replicas 1 (the default)"
+    return workload.replicas, f"replicas {workload.replicas}"
+
+
+def check_documents(
+    docs: Iterable[Any], source: str, *, traffic: str | None = None, propagation: float | None = None
+) -> list[Finding]:
     """Return the findings for every container that runs graceful in parsed Kubernetes documents.
 
     ``docs`` are what ``yaml.safe_load_all`` yields; ``None``, scalars and
-    kinds without a pod spec are skipped, ``List`` items are looked into.
-    ``source`` names the input in each finding. ``propagation`` is the
-    endpoint-propagation allowance in seconds. Pure: reads nothing else.
+    kinds the rules do not use are skipped, ``List`` items are looked into.
+    ``source`` names the input in each finding; ``traffic`` and
+    ``propagation`` are as for :func:`check`. Raises
+    :class:`~graceful.kubernetes.manifests.ManifestError` for a value
+    Kubernetes would refuse.
     """
-    return check(docs, source, propagation)[1]
+    inventory = Inventory()
+    for doc in docs:
+        inventory.add(doc, source)
+    return check(inventory, traffic=traffic, propagation=propagation)[1]

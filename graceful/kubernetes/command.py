@@ -1,9 +1,16 @@
 """``graceful check [FILE...]``: the command line of the Kubernetes checker.
 
 Exit status: 0 when there is no error finding, 1 when there is one, 2 when an
-input cannot be read (or for a usage error). Findings go to standard output,
-one line each (or one JSON document with ``--format json``); the summary and
-unreadable inputs go to standard error.
+input cannot be read or is not a manifest Kubernetes would accept (and for a
+usage error). Findings go to standard output, one line each (or one JSON
+document with ``--format json``); the summary and each unreadable input, one
+line naming the file and the problem, go to standard error. No input makes
+it print a traceback: reading is bounded (:mod:`graceful.kubernetes.loading`)
+and numbers are checked against what Kubernetes accepts
+(:mod:`graceful.kubernetes.manifests`).
+
+All inputs are read before any is checked, so a Service in one file tells
+where the traffic of a Deployment in another comes from.
 
 Runs only in the ``graceful check`` command.
 """
@@ -17,12 +24,18 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
+import yaml
+
 from graceful._args import seconds
-from graceful.kubernetes.checker import ENDPOINT_PROPAGATION, check
+from graceful.kubernetes.checker import check
 from graceful.kubernetes.findings import Finding
-from graceful.kubernetes.loading import Unreadable, load
+from graceful.kubernetes.loading import Unreadable, documents, yaml_reason
+from graceful.kubernetes.manifests import Inventory, ManifestError
+from graceful.kubernetes.traffic import ALLOWANCES, CASES
 
 __all__ = ["main"]
+
+_AUTO = "auto"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -35,15 +48,50 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("files", nargs="*", metavar="FILE", help="manifest files; - reads standard input (the default)")
     parser.add_argument("--format", choices=("text", "json"), default="text", help="output format")
+    figures = ", ".join(f"{case} {ALLOWANCES[case]:g}s" for case in CASES)
+    parser.add_argument(
+        "--traffic",
+        choices=(_AUTO, *CASES),
+        default=_AUTO,
+        help="where the pods' traffic comes from: in-cluster (kube-proxy, ingress controllers), probe (a"
+        " balancer that health-checks /readyz itself), aws or gce (load balancers that target pod IPs);"
+        " auto (the default) reads it from the Services and Ingresses given",
+    )
     parser.add_argument(
         "--propagation",
         type=seconds,
-        default=ENDPOINT_PROPAGATION,
+        default=None,
         metavar="SECONDS",
-        help="seconds allowed for an endpoint change to reach every node and load balancer"
-        f" (default {ENDPOINT_PROPAGATION:g})",
+        help=f"measured seconds new requests keep arriving after a pod is deleted, instead of the figure for"
+        f" its traffic ({figures}; for probe: after the balancer's check has failed)",
     )
     return parser
+
+
+def _read(path: str) -> tuple[str, Inventory]:
+    """Return an input's name for findings and what it holds; raise :class:`Unreadable` saying why."""
+    source = "<stdin>" if path == "-" else path
+    inventory = Inventory()
+    try:
+        if path == "-":
+            _add_all(inventory, sys.stdin, source)
+        else:
+            with open(path, encoding="utf-8") as stream:
+                _add_all(inventory, stream, source)
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise Unreadable(f"cannot read {source}: {reason}") from None
+    except yaml.YAMLError as exc:
+        raise Unreadable(f"{source} is not valid YAML: {yaml_reason(exc)}") from None
+    except (Unreadable, ManifestError) as exc:
+        raise Unreadable(f"{source}: {exc}") from None
+    return source, inventory
+
+
+def _add_all(inventory: Inventory, stream: TextIO, source: str) -> None:
+    """Add every document of a stream to the inventory, one at a time."""
+    for doc in documents(stream):
+        inventory.add(doc, source)
 
 
 def _write_text(out: TextIO, err: TextIO, findings: Sequence[Finding], checked: int, read: int) -> None:
@@ -96,20 +144,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    checked = read = 0
-    findings: list[Finding] = []
+    inventory = Inventory()
+    read = 0
     unreadable: list[str] = []
     for path in paths:
         try:
-            source, docs = load(path)
+            _, part = _read(path)
         except Unreadable as exc:
             unreadable.append(str(exc))
             print(f"graceful check: {exc}", file=sys.stderr)
             continue
-        count, found = check(docs, source, args.propagation)
+        inventory.extend(part)
         read += 1
-        checked += count
-        findings.extend(found)
+    traffic = None if args.traffic == _AUTO else args.traffic
+    checked, findings = check(inventory, traffic=traffic, propagation=args.propagation)
     if args.format == "json":
         _write_json(sys.stdout, findings, checked, unreadable)
     else:

@@ -1,23 +1,24 @@
 """A container's graceful settings: its ``GRACEFUL_*`` env, validated as graceful does at start-up.
 
-Runs only in the ``graceful check`` command. The values are checked with
-:class:`graceful.core.config.Config` itself, so the checker and the server
-never disagree about what is allowed.
+The values are checked with :class:`graceful.core.config.Config` itself, so
+the checker and the server never disagree about what is allowed; the budget
+is :meth:`Config.budget`, never recomputed here.
+
+Runs only in the ``graceful check`` command.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping
 
 from graceful.core.config import Config, ConfigError
-from graceful.kubernetes.manifests import mapping, mappings
+from graceful.kubernetes.manifests import Container
 
-__all__ = ["Settings", "read_env", "runs_graceful", "settings", "startup_refusal"]
+__all__ = ["HEALTH_BIND", "Settings", "health_port"]
 
-_RUNS_GRACEFUL = re.compile(r"graceful/conf\.py|python:graceful\.conf|-m\s+graceful\b")
+#: The variable that moves probes to their own port (the health port issue); read by GC016.
+HEALTH_BIND = "GRACEFUL_HEALTH_BIND"
 
 
 class _UnbudgetedConfig(Config):
@@ -32,7 +33,7 @@ class _UnbudgetedConfig(Config):
         pre_shutdown_timeouts: Iterable[float] = (),
         cleanup_timeouts: Iterable[float] = (),
     ) -> None:
-        """Skip the start-up budget check; :func:`startup_refusal` runs the real one."""
+        """Skip the start-up budget check; :meth:`Settings.startup_refusal` runs the real one."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,77 +45,47 @@ class Settings:
     refused: tuple[tuple[str, str], ...]  # (variable, graceful's error message)
     unreadable: tuple[str, ...]  # what could not be read, in words
 
+    @classmethod
+    def of(cls, container: Container) -> Settings:
+        """Validate each literal ``GRACEFUL_*`` value of a container the way graceful does, one at a time.
 
-def _env_text(value: object) -> str:
-    """Return an env value as the container would see it (YAML may have parsed it as a number)."""
-    return str(value).lower() if isinstance(value, bool) else str(value)
+        One at a time, so that every refused variable is reported, and the
+        others still count when the budget is computed. ``valueFrom``,
+        ``envFrom`` and ``$(VAR)`` references are resolved only at run time:
+        they are listed as unreadable and graceful's defaults are assumed.
+        """
+        accepted: dict[str, str] = {}
+        refused: list[tuple[str, str]] = []
+        unreadable: list[str] = []
+        for name, value in container.env.items():
+            if not name.startswith("GRACEFUL_"):
+                continue
+            if value is None:
+                unreadable.append(f"{name} (valueFrom)")
+                continue
+            if "$(" in value:
+                unreadable.append(f"{name} (a $(VAR) reference)")
+                continue
+            try:
+                _UnbudgetedConfig.load({name: value})
+            except ConfigError as exc:
+                refused.append((name, str(exc)))
+            else:
+                accepted[name] = value
+        unreadable.extend(container.env_from)
+        return cls(_UnbudgetedConfig.load(accepted), accepted, tuple(refused), tuple(unreadable))
 
-
-def read_env(container: Mapping[str, Any]) -> tuple[dict[str, str], list[str], set[str]]:
-    """Return the readable ``GRACEFUL_*``/``GUNICORN_CMD_ARGS`` values, what cannot be read, and every name.
-
-    Later entries win, as in the kubelet. ``valueFrom``, ``envFrom`` and
-    ``$(VAR)`` references are resolved only at run time: they are unknown here.
-    """
-    env = mappings(container.get("env"))
-    entries = {entry["name"]: entry for entry in env if isinstance(entry.get("name"), str)}
-    values: dict[str, str] = {}
-    unreadable: list[str] = []
-    for name, entry in entries.items():
-        if not (name.startswith("GRACEFUL_") or name == "GUNICORN_CMD_ARGS"):
-            continue
-        text = _env_text(entry.get("value", ""))
-        if "valueFrom" in entry:
-            unreadable.append(f"{name} (valueFrom)")
-        elif "$(" in text:
-            unreadable.append(f"{name} (a $(VAR) reference)")
-        else:
-            values[name] = text
-    unreadable.extend(_env_from(entry) for entry in mappings(container.get("envFrom")))
-    return values, unreadable, set(entries)
-
-
-def _env_from(entry: Mapping[str, Any]) -> str:
-    """Describe an ``envFrom`` entry: ``envFrom configMapRef settings``."""
-    for kind in ("configMapRef", "secretRef"):
-        ref = mapping(entry.get(kind))
-        if ref is not None:
-            return f"envFrom {kind} {ref.get('name', '<unnamed>')!s}"
-    return "envFrom"
-
-
-def settings(values: Mapping[str, str], unreadable: Sequence[str]) -> Settings:
-    """Validate each ``GRACEFUL_*`` value the way graceful does at start-up, one at a time.
-
-    One at a time, so that every refused variable is reported, and the others
-    still count when the budget is computed.
-    """
-    accepted: dict[str, str] = {}
-    refused: list[tuple[str, str]] = []
-    for name, value in values.items():
-        if not name.startswith("GRACEFUL_"):
-            continue
+    def startup_refusal(self) -> str | None:
+        """Return graceful's own start-up error for the accepted values (the budget check), if any."""
         try:
-            _UnbudgetedConfig.load({name: value})
+            Config.load(self.env)
         except ConfigError as exc:
-            refused.append((name, str(exc)))
-        else:
-            accepted[name] = value
-    config = _UnbudgetedConfig.load(accepted)
-    return Settings(config, accepted, tuple(refused), tuple(unreadable))
+            return str(exc)
+        return None
 
 
-def startup_refusal(settings: Settings) -> str | None:
-    """Return graceful's own start-up error for accepted values (the budget check), if any."""
-    try:
-        Config.load(settings.env)
-    except ConfigError as exc:
-        return str(exc)
-    return None
-
-
-def runs_graceful(argv: Sequence[str], env: Mapping[str, str], names: Iterable[str]) -> bool:
-    """Tell whether a container runs graceful: a ``GRACEFUL_*`` variable, or graceful's Gunicorn config."""
-    if any(name.startswith("GRACEFUL_") for name in names):
-        return True
-    return bool(_RUNS_GRACEFUL.search(" ".join(argv)) or _RUNS_GRACEFUL.search(env.get("GUNICORN_CMD_ARGS", "")))
+def health_port(container: Container) -> int | None:
+    """Return the port of ``GRACEFUL_HEALTH_BIND`` (``host:port``, ``[::]:port`` or a port alone), if set."""
+    value = container.env_text(HEALTH_BIND).strip()
+    port = value.rpartition(":")[2] if ":" in value else value
+    return int(port) if port.isdecimal() and len(port) <= 5 and 0 < int(port) <= 65535 else None

@@ -1,4 +1,4 @@
-"""What a rule looks at: one container that runs graceful, with what its pod says about it.
+"""What a rule looks at: one container that runs graceful, in its workload, with its traffic.
 
 Runs only in the ``graceful check`` command.
 """
@@ -6,31 +6,37 @@ Runs only in the ``graceful check`` command.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import Any
 
 from graceful.kubernetes.findings import Finding, Severity
+from graceful.kubernetes.manifests import Container, Workload
 from graceful.kubernetes.settings import Settings
+from graceful.kubernetes.traffic import Traffic
 
 __all__ = ["Subject"]
 
 
 @dataclasses.dataclass(frozen=True)
 class Subject:
-    """One container of one workload: everything a rule looks at."""
+    """One container that runs graceful, and everything a rule reads about it."""
 
-    source: str
-    kind: str
-    name: str
-    container: str
-    argv: tuple[str, ...]
-    readiness: Mapping[str, Any] | None
-    liveness: Mapping[str, Any] | None
-    pre_stop_sleep: float
-    grace_period: int  # the pod's terminationGracePeriodSeconds
+    workload: Workload
+    container: Container
     settings: Settings
-    propagation: float
+    traffic: Traffic
+    replicas: int | None  # the fewest replicas it runs (spec.replicas, or an autoscaler's minReplicas)
+    replicas_text: str  # the number and where it comes from, for the findings ("replicas 1 (the default)")
+
+    @property
+    def pre_stop_sleep(self) -> float:
+        """Seconds the container's preStop hook sleeps before SIGTERM."""
+        return self.container.pre_stop_sleep
+
+    @property
+    def grace_period(self) -> int:
+        """The pod's terminationGracePeriodSeconds."""
+        return self.workload.grace_period
 
     def finding(self, severity: Severity, code: str, message: str, fix: str) -> Finding:
         """Return a finding about this container."""
-        return Finding(severity, self.source, self.kind, self.name, self.container, code, message, fix)
+        workload = self.workload
+        return Finding(severity, workload.source, workload.kind, workload.name, self.container.name, code, message, fix)

@@ -138,7 +138,7 @@ class TestMain:
 
     def test_propagation_option(self, capsys: pytest.CaptureFixture[str]) -> None:
         """--propagation raises the allowance: the clean manifest's 5s delay is then too short."""
-        status, out, _ = run(capsys, "--propagation", "4", str(MANIFESTS / "clean.yaml"))
+        status, out, _ = run(capsys, "--propagation", "6", str(MANIFESTS / "clean.yaml"))
         assert status == 1
         assert " error GC004 " in out
 

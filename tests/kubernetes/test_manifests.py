@@ -50,8 +50,10 @@ class TestDocuments:
         for key in reversed(path):
             spec = {key: spec}
         doc = {"kind": kind, "metadata": {"name": "w"}, **spec}
-        (finding,) = check_documents([doc], "test")
+        finding, *others = check_documents([doc], "test")
         assert (finding.code, finding.kind) == ("GC001", kind)
+        # A StatefulSet's replicas default to 1, which it cannot roll without a gap (GC015).
+        assert [other.code for other in others] == (["GC015"] if kind == "StatefulSet" else [])
 
     def test_odd_documents_are_skipped(self) -> None:
         """None, scalars, lists, kinds without pods and malformed specs are skipped quietly."""

@@ -1,5 +1,13 @@
 """GC008, GC011: GRACEFUL_* values graceful refuses, and values only known at run time.
 
+GC008 **error**, a value graceful refuses at start-up (out of range, not a
+number, a misspelt ``GRACEFUL_*`` name): the container does not start, and
+nothing it would have served is served.
+
+GC011 **info**, a value that comes from ``valueFrom``, ``envFrom`` or a
+``$(VAR)`` reference: resolved by the kubelet at run time, it cannot be read
+here, so graceful's default is assumed for it. Nothing is known to be wrong.
+
 Runs only in the ``graceful check`` command.
 """
 
