@@ -1,13 +1,14 @@
-"""Tests for graceful.kubernetes.rules.probes: GC001-GC003."""
+"""Tests for graceful.kubernetes.rules.probes: GC001-GC003 and GC016."""
 
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import pytest
 
-from graceful.kubernetes import check_documents
-from tests.kubernetes.helpers import CLEAN_CONTAINER, codes_of, container, findings_in, pod
+from graceful.kubernetes import Finding, check_documents
+from tests.kubernetes.helpers import CLEAN_CONTAINER, codes_of, container, env, findings_in, pod
 
 
 class TestNoReadinessProbe:
@@ -18,9 +19,23 @@ class TestNoReadinessProbe:
         findings = findings_in("gc001-no-readiness-probe.yaml")
         assert [(f.code, f.severity) for f in findings] == [("GC001", "error")]
 
-    def test_no_delay_finding_without_a_probe(self) -> None:
-        """Without a probe to size it from, the delay is not reported too (GC004)."""
+    def test_message_says_what_is_lost(self) -> None:
+        """GC001 says a new pod gets requests before it listens; the fix is a fast /readyz probe."""
+        (finding,) = check_documents([pod(container(readinessProbe=None))], "test")
+        assert "a new pod gets requests as soon as its container starts, before the server listens" in finding.message
+        assert finding.fix.startswith("add readinessProbe: {httpGet: {path: /readyz, port: <port>}, periodSeconds: 1")
+
+    def test_fix_names_the_health_port(self) -> None:
+        """With GRACEFUL_HEALTH_BIND, the fix probes the health port."""
+        doc = pod(container(readinessProbe=None, env=env(GRACEFUL_HEALTH_BIND="0.0.0.0:9000")))
+        (finding,) = [f for f in check_documents([doc], "test") if f.code == "GC001"]
+        assert "port: 9000}" in finding.fix
+
+    def test_delay_is_checked_without_a_probe(self) -> None:
+        """In-cluster the delay does not depend on the probe: 5s is enough (GC001 alone), 1s is GC004 too."""
         assert codes_of(pod(container(readinessProbe=None))) == ["GC001"]
+        values = env(GRACEFUL_SHUTDOWN_DELAY="1")
+        assert codes_of(pod(container(readinessProbe=None, env=values))) == ["GC001", "GC004"]
 
 
 class TestReadinessProbeNotOnReadyz:
@@ -31,6 +46,13 @@ class TestReadinessProbeNotOnReadyz:
         (finding,) = findings_in("gc002-readiness-path.yaml")
         assert (finding.code, finding.severity) == ("GC002", "warning")
         assert "/healthz" in finding.message
+
+    def test_warning_alone(self) -> None:
+        """A probe on another path with Kubernetes' default timing is a warning only: no GC004 follows from it."""
+        probe = {"httpGet": {"path": "/healthz", "port": 8000}}
+        (finding,) = check_documents([pod(container(readinessProbe=probe))], "test")
+        assert (finding.code, finding.severity) == ("GC002", "warning")
+        assert "a deleted pod still leaves its Services" in finding.message
 
     def test_manifest_tcp_socket(self) -> None:
         """A tcpSocket readiness probe is GC002, naming the probe type."""
@@ -82,3 +104,50 @@ class TestLivenessOnReadyz:
         """/readyz/shutdown fails on shutdown too: GC003."""
         probe = {"httpGet": {"path": "/readyz/shutdown", "port": 8000}}
         assert codes_of(pod(container(livenessProbe=probe))) == ["GC003"]
+
+
+class TestHealthPortProbes:
+    """GC016: GRACEFUL_HEALTH_BIND is set but a probe still goes to the app's port.
+
+    Until graceful itself knows GRACEFUL_HEALTH_BIND (the health port issue), it is
+    also refused as an unknown setting (GC008); these tests look at GC016 alone.
+    """
+
+    @staticmethod
+    def _gc016(*docs: Any) -> list[Finding]:
+        """Return the GC016 findings of some documents."""
+        return [finding for finding in check_documents(docs, "test") if finding.code == "GC016"]
+
+    def test_manifest(self) -> None:
+        """Both probes on the app's port (by name) are one GC016 each, warnings with the fix."""
+        readiness, liveness = [f for f in findings_in("gc016-health-port.yaml") if f.code == "GC016"]
+        assert (readiness.severity, liveness.severity) == ("warning", "warning")
+        assert "answers probes on port 9000, but the readinessProbe is on port 8000 (http)" in readiness.message
+        assert readiness.fix == "set readinessProbe.httpGet.port: 9000"
+        assert "restarts a container that was only busy" in liveness.message
+
+    def test_probes_on_the_health_port_manifest(self) -> None:
+        """Probes on the health port, by name: no GC016."""
+        assert [f for f in findings_in("gc016-probes-on-health-port.yaml") if f.code == "GC016"] == []
+
+    @pytest.mark.parametrize("bind", ["9000", ":9000", "0.0.0.0:9000", "[::]:9000"])
+    def test_bind_forms(self, bind: str) -> None:
+        """host:port, :port, [::]:port and a bare port are all read as port 9000."""
+        (finding, _) = self._gc016(pod(container(env=env(GRACEFUL_HEALTH_BIND=bind))))
+        assert "answers probes on port 9000, but the readinessProbe is on port 8000" in finding.message
+
+    def test_probe_by_number_on_the_health_port(self) -> None:
+        """Probes on the health port by number: no GC016."""
+        probe = {"httpGet": {"path": "/readyz", "port": 9000}}
+        doc = pod(container(env=env(GRACEFUL_HEALTH_BIND=":9000"), readinessProbe=probe, livenessProbe=None))
+        assert self._gc016(doc) == []
+
+    def test_unknown_port_name_is_not_guessed(self) -> None:
+        """A probe port name that no containerPort defines cannot be compared: no GC016."""
+        probe = {"httpGet": {"path": "/readyz", "port": "web"}}
+        doc = pod(container(env=env(GRACEFUL_HEALTH_BIND=":9000"), readinessProbe=probe, livenessProbe=None))
+        assert self._gc016(doc) == []
+
+    def test_without_health_bind(self) -> None:
+        """Without GRACEFUL_HEALTH_BIND there is no health port to use: no GC016."""
+        assert codes_of(pod(container())) == []
