@@ -38,6 +38,7 @@ def check(
     autoscalers: dict[tuple[str, str], list[Autoscaler]] = {}
     for autoscaler in inventory.autoscalers:
         autoscalers.setdefault((autoscaler.target_kind, autoscaler.target_name), []).append(autoscaler)
+    settings: dict[object, Settings] = {}  # by env: a chart's many copies of one container are validated once
     count = 0
     findings: list[Finding] = []
     for workload in inventory.workloads:
@@ -47,7 +48,10 @@ def check(
             if not container.runs_graceful:
                 continue
             count += 1
-            subject = Subject(workload, container, Settings.of(container), where, replicas, replicas_text)
+            key = (tuple(container.env.items()), container.env_from)
+            if key not in settings:
+                settings[key] = Settings.of(container)
+            subject = Subject(workload, container, settings[key], where, replicas, replicas_text)
             for rule in RULES:
                 findings.extend(rule(subject))
     return count, findings

@@ -80,11 +80,12 @@ class _MergeKey:
 _MERGE_KEY = _MergeKey()
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
 class _Frame:
     """A mapping or sequence being built."""
 
     value: Any  # dict or list
+    is_mapping: bool
     anchor: str | None
     start: Any  # the yaml Mark where it starts, for error messages
     tag: str | None = None
@@ -144,17 +145,30 @@ class _Builder:
         mapping_end, sequence_end = events.MappingEndEvent, events.SequenceEndEvent
         document_start, document_end = events.DocumentStartEvent, events.DocumentEndEvent
         stream_end = events.StreamEndEvent
+        stack = self._stack
+        plain_strings = not _ANY_START_RESOLVES  # a plain scalar may be a string by its first character
         root: Any = None
         while True:
             event = get_event()
             kind = type(event)
             value: Any
             if kind is scalar_event:
-                value, size = self._scalar(event), 1
+                text = event.value
+                if event.tag is None and (
+                    not event.implicit[0] or (plain_strings and text and text[0] not in _RESOLVABLE)
+                ):
+                    value = text  # the common case, without PyYAML's resolver: a quoted or plain string
+                else:
+                    value = self._scalar(event)
+                size = 1
                 if event.anchor is not None:
                     self._define(event.anchor, value, 1, event)
             elif kind is mapping_start or kind is sequence_start:
-                self._open(event, {} if kind is mapping_start else [])
+                if event.tag is None and event.anchor is None and len(stack) < MAX_DEPTH:
+                    is_mapping = kind is mapping_start  # the common case, inline: no tag, no anchor
+                    stack.append(_Frame({} if is_mapping else [], is_mapping, None, event.start_mark))
+                else:
+                    self._open(event, kind is mapping_start)
                 continue
             elif kind is mapping_end or kind is sequence_end:
                 value, size = self._close()
@@ -171,10 +185,25 @@ class _Builder:
                 return
             else:  # StreamStartEvent
                 continue
-            if self._stack:
-                self._add(self._stack[-1], value, size, event)
-            else:
+            if not stack:
                 root = value
+                continue
+            frame = stack[-1]  # put the finished node into the collection being built
+            frame.size += size
+            if not frame.is_mapping:
+                frame.value.append(value)
+            elif not frame.has_key:
+                if type(value) in (dict, list, set):
+                    raise ConstructorError(
+                        "while constructing a mapping", frame.start, "found unhashable key", event.start_mark
+                    )
+                frame.key, frame.has_key = value, True
+            else:
+                key, frame.key, frame.has_key = frame.key, None, False
+                if key is _MERGE_KEY:
+                    self._merge(frame, value, event)
+                else:
+                    frame.value[key] = value
 
     def _scalar(self, event: Any) -> Any:
         """Return a scalar's value, resolved and constructed as PyYAML's safe loader does."""
@@ -197,19 +226,20 @@ class _Builder:
             shown = value if len(value) <= 40 else f"{value[:20]}…({len(value)} characters)"
             raise Unreadable(f"the value {shown!r} cannot be read (line {event.start_mark.line + 1}): {exc}") from None
 
-    def _open(self, event: Any, value: dict[Any, Any] | list[Any]) -> None:
+    def _open(self, event: Any, is_mapping: bool) -> None:
         """Start a mapping or sequence."""
         tag = event.tag if event.tag not in (None, "!") else None
-        allowed = (_MAP, _SET) if isinstance(value, dict) else (_SEQ,)
+        allowed = (_MAP, _SET) if is_mapping else (_SEQ,)
         if tag is not None and tag not in allowed:
             raise ConstructorError(
                 None, None, f"could not determine a constructor for the tag {tag!r}", event.start_mark
             )
         if len(self._stack) >= MAX_DEPTH:
             raise Unreadable(f"nesting deeper than {MAX_DEPTH} levels (line {event.start_mark.line + 1})")
+        value: dict[Any, Any] | list[Any] = {} if is_mapping else []
         if event.anchor is not None:
             self._define(event.anchor, value, None, event)
-        self._stack.append(_Frame(value, event.anchor, event.start_mark, tag))
+        self._stack.append(_Frame(value, is_mapping, event.anchor, event.start_mark, tag))
 
     def _close(self) -> tuple[Any, int]:
         """End the innermost mapping or sequence; return it and its expanded size."""
@@ -247,25 +277,6 @@ class _Builder:
         if name in self._anchors:
             raise yaml.composer.ComposerError(None, None, f"found duplicate anchor {name!r}", event.start_mark)
         self._anchors[name] = _Anchor(value, size)
-
-    def _add(self, frame: _Frame, value: Any, size: int, event: Any) -> None:
-        """Put a finished node into the collection being built."""
-        frame.size += size
-        if isinstance(frame.value, list):
-            frame.value.append(value)
-            return
-        if not frame.has_key:
-            if isinstance(value, (dict, list, set)):
-                raise ConstructorError(
-                    "while constructing a mapping", frame.start, "found unhashable key", event.start_mark
-                )
-            frame.key, frame.has_key = value, True
-            return
-        key, frame.key, frame.has_key = frame.key, None, False
-        if key is _MERGE_KEY:
-            self._merge(frame, value, event)
-        else:
-            frame.value[key] = value
 
     def _merge(self, frame: _Frame, value: Any, event: Any) -> None:
         """Record the mappings a ``<<`` key names, to merge when the mapping ends."""

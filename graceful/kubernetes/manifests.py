@@ -557,8 +557,12 @@ def _autoscaler(obj: Mapping[str, Any], meta: _Meta, source: str) -> Autoscaler 
 
 
 def _mapping(value: object) -> Mapping[str, Any] | None:
-    """Return ``value`` if it is a mapping, else ``None`` (YAML can hold anything anywhere)."""
-    return value if isinstance(value, Mapping) else None
+    """Return ``value`` if it is a mapping, else ``None`` (YAML can hold anything anywhere).
+
+    Parsed YAML holds plain dicts; ``isinstance(value, dict)`` is several times
+    cheaper than the ``Mapping`` ABC check, which counts on a 70,000-document input.
+    """
+    return value if isinstance(value, dict) else None
 
 
 def _dig(value: object, path: Sequence[str]) -> Mapping[str, Any] | None:
@@ -571,20 +575,20 @@ def _dig(value: object, path: Sequence[str]) -> Mapping[str, Any] | None:
 
 def _mappings(value: object) -> list[Mapping[str, Any]]:
     """Return the mappings of a list, skipping anything else (``None`` is an empty list)."""
-    return [item for item in value if isinstance(item, Mapping)] if isinstance(value, list) else []
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
 
 
 def _indexed(value: object) -> Iterator[tuple[int, Mapping[str, Any]]]:
     """Yield ``(index, item)`` for the mappings of a list, skipping anything else."""
     if isinstance(value, list):
         for index, item in enumerate(value):
-            if isinstance(item, Mapping):
+            if isinstance(item, dict):
                 yield index, item
 
 
 def _is_scalar(value: object) -> bool:
     """Tell whether a YAML value is a scalar (not a list, mapping or set)."""
-    return not isinstance(value, (Mapping, list, set, tuple))
+    return not isinstance(value, (dict, list, set, tuple))
 
 
 def _scalar_text(value: object) -> str:
@@ -646,8 +650,8 @@ def _show(value: object) -> str:
     """Return a value as the YAML that wrote it, shortened: ``.inf``, ``-40``, ``99999…(400 digits)``."""
     if isinstance(value, float) and not math.isfinite(value):
         return ".nan" if math.isnan(value) else (".inf" if value > 0 else "-.inf")
-    if isinstance(value, (Mapping, list, set, tuple)):
-        return "a mapping" if isinstance(value, Mapping) else "a list"
+    if isinstance(value, (dict, list, set, tuple)):
+        return "a mapping" if isinstance(value, dict) else "a list"
     text = repr(value) if isinstance(value, str) else _scalar_text(value)
     if len(text) > 40:
         return f"{text[:20]}…({len(text)} characters)"

@@ -33,7 +33,7 @@ class _UnbudgetedConfig(Config):
         pre_shutdown_timeouts: Iterable[float] = (),
         cleanup_timeouts: Iterable[float] = (),
     ) -> None:
-        """Skip the start-up budget check; :meth:`Settings.startup_refusal` runs the real one."""
+        """Skip the start-up budget check; :meth:`Settings.of` runs the real one, once."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,6 +44,7 @@ class Settings:
     env: Mapping[str, str]  # the readable, accepted GRACEFUL_* values
     refused: tuple[tuple[str, str], ...]  # (variable, graceful's error message)
     unreadable: tuple[str, ...]  # what could not be read, in words
+    startup_refusal: str | None  # graceful's own start-up error for the accepted values (its budget check)
 
     @classmethod
     def of(cls, container: Container) -> Settings:
@@ -73,15 +74,13 @@ class Settings:
             else:
                 accepted[name] = value
         unreadable.extend(container.env_from)
-        return cls(_UnbudgetedConfig.load(accepted), accepted, tuple(refused), tuple(unreadable))
-
-    def startup_refusal(self) -> str | None:
-        """Return graceful's own start-up error for the accepted values (the budget check), if any."""
         try:
-            Config.load(self.env)
+            Config.load(accepted)
         except ConfigError as exc:
-            return str(exc)
-        return None
+            refusal: str | None = str(exc)
+        else:
+            refusal = None
+        return cls(_UnbudgetedConfig.load(accepted), accepted, tuple(refused), tuple(unreadable), refusal)
 
 
 def health_port(container: Container) -> int | None:

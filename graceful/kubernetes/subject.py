@@ -6,10 +6,12 @@ Runs only in the ``graceful check`` command.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 from graceful.kubernetes.findings import Finding, Severity
 from graceful.kubernetes.manifests import Container, Workload
 from graceful.kubernetes.settings import Settings
+from graceful.kubernetes.sidecars import Drain, native_drains
 from graceful.kubernetes.traffic import Traffic
 
 __all__ = ["Subject"]
@@ -25,6 +27,16 @@ class Subject:
     traffic: Traffic
     replicas: int | None  # the fewest replicas it runs (spec.replicas, or an autoscaler's minReplicas)
     replicas_text: str  # the number and where it comes from, for the findings ("replicas 1 (the default)")
+
+    @functools.cached_property
+    def budget(self) -> dict[str, float]:
+        """Graceful's shutdown budget for this container's settings: ``Config.budget()``, computed once."""
+        return self.settings.config.budget()
+
+    @functools.cached_property
+    def sidecar_drains(self) -> list[tuple[Container, Drain]]:
+        """The pod's native sidecars whose drain is known, in the order they are stopped."""
+        return native_drains(self.workload)
 
     @property
     def pre_stop_sleep(self) -> float:

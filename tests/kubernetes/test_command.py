@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.kubernetes import hostile
 from tests.kubernetes.helpers import EXAMPLES, MANIFESTS, ROOT, Terminal, run
 
 
@@ -193,3 +194,107 @@ class TestSubprocess:
         assert self._run("-", stdin="a: [\n").returncode == 2
         helm = (MANIFESTS / "helm-template.yaml").read_text(encoding="utf-8")
         assert self._run("-", stdin=helm).returncode == 1
+
+
+#: Run ``graceful check`` as ``python -m graceful check`` does, under an address-space limit, and print the
+#: process's peak resident memory (kB) on standard output after the findings.
+_BOUNDED = """
+import resource, sys
+limit = int(sys.argv[1])
+resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+from graceful.cli import main
+status = main(["check", *sys.argv[2:]])
+print("maxrss_kb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+sys.exit(status)
+"""
+
+
+def _bounded(*argv: str, timeout: float = 30, memory: int = 2**30) -> tuple[subprocess.CompletedProcess[str], int]:
+    """Run the check in a fresh interpreter limited to ``memory`` bytes; return it and its peak RSS in MB."""
+    done = subprocess.run(
+        [sys.executable, "-c", _BOUNDED, str(memory), *argv],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=timeout,
+        check=False,
+    )
+    rss = [line for line in done.stdout.splitlines() if line.startswith("maxrss_kb ")]
+    return done, int(rss[-1].split()[1]) // 1024 if rss else -1
+
+
+class TestHostileInputs:
+    """Every malformed or hostile input exits 2 with one line naming the file and the problem, never a traceback."""
+
+    @pytest.mark.parametrize(
+        ("text", "problem"),
+        [
+            (hostile.deep_nesting(10_000), "nesting"),
+            (hostile.deep_block_nesting(10_000), "nesting deeper than 512 levels (line 1)"),
+            (hostile.pre_stop_sleep(".inf"), "lifecycle.preStop.sleep.seconds is .inf, outside what Kubernetes"),
+            (hostile.pre_stop_sleep(".nan"), "lifecycle.preStop.sleep.seconds is .nan, outside what Kubernetes"),
+            (hostile.pre_stop_sleep("-40"), "lifecycle.preStop.sleep.seconds is -40, outside what Kubernetes"),
+            (hostile.pre_stop_sleep(str(2**63)), "is 9223372036854775808, outside what Kubernetes accepts"),
+            (hostile.pre_stop_exec_sleep("9" * 400), "lifecycle.preStop.exec.command is 'sleep 9999"),
+            ("a: " + "9" * 5000 + "\n", "cannot be read (line 1)"),
+            ("a: &a [1, *a]\n", "a recursive structure"),
+            ("kind: Pod\x00\n", "unacceptable character"),
+        ],
+        ids=[
+            "flow-10000",
+            "block-10000",
+            "inf",
+            "nan",
+            "negative",
+            "int64",
+            "exec-nines",
+            "digits",
+            "recursive",
+            "nul",
+        ],
+    )
+    def test_one_line_and_exit_two(
+        self, capsys: pytest.CaptureFixture[str], tmp_path: Path, text: str, problem: str
+    ) -> None:
+        """The hostile input exits 2; standard error is one line: graceful check, the file, the problem."""
+        path = tmp_path / "hostile.yaml"
+        path.write_text(text, encoding="utf-8")
+        status, out, err = run(capsys, str(path))
+        assert (status, out) == (2, "")
+        (line,) = err.splitlines()
+        assert line.startswith(f"graceful check: {path}")
+        assert problem in line
+
+    def test_other_inputs_are_still_checked(self, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+        """A hostile input among good ones: its line, the others' findings, exit 2."""
+        path = tmp_path / "inf.yaml"
+        path.write_text(hostile.pre_stop_sleep(".inf"), encoding="utf-8")
+        status, out, err = run(capsys, str(MANIFESTS / "gc007-shell-form.yaml"), str(path))
+        assert status == 2
+        assert " error GC007 " in out
+        assert f"graceful check: {path}: Pod/web: spec.containers[app].lifecycle.preStop.sleep.seconds" in err
+
+    def test_alias_bomb_in_a_container(self, tmp_path: Path) -> None:
+        """A billion laughs in a container's args: exit 2 in one line, within 1 GB of address space and 30 s."""
+        path = tmp_path / "bomb.yaml"
+        path.write_text(hostile.alias_bomb_in_container(), encoding="utf-8")
+        done, rss = _bounded(str(path))
+        assert done.returncode == 2
+        (line,) = done.stderr.splitlines()
+        assert line.startswith(f"graceful check: {path}: its aliases expand to more than 1,000,000 nodes")
+        assert 0 < rss < 200  # MB: the bomb is never expanded (PyYAML itself parses it in about 18 MB)
+
+    @pytest.mark.timeout(600)
+    def test_twenty_megabytes(self, tmp_path: Path) -> None:
+        """69,242 documents (20 MB) are checked within 1 GB of address space and under 300 MB resident.
+
+        Time is measured in bench/check_inputs.py; here only a generous bound, for a loaded machine.
+        """
+        path = tmp_path / "big.yaml"
+        size = hostile.write_big_manifest(path)
+        assert 19_000_000 < size < 21_000_000
+        done, rss = _bounded(str(path), timeout=300)
+        assert done.returncode == 0, done.stderr
+        assert done.stderr == "graceful check: 69242 container(s) checked: 0 error(s), 0 warning(s), 0 info\n"
+        assert 0 < rss < 300

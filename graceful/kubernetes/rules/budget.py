@@ -23,7 +23,6 @@ from collections.abc import Iterator
 
 from graceful.kubernetes.findings import Finding
 from graceful.kubernetes.manifests import INT64_MAX
-from graceful.kubernetes.sidecars import native_drains
 from graceful.kubernetes.subject import Subject
 
 __all__ = ["app_time", "budget", "grace_period", "sidecar_time", "startup_budget", "whole_seconds"]
@@ -36,7 +35,7 @@ def whole_seconds(seconds: float) -> int | None:
 
 def app_time(c: Subject) -> tuple[float, str]:
     """Return how long the container may take to stop (preStop sleep + graceful's budget), and how it adds up."""
-    terms = c.settings.config.budget()
+    terms = c.budget
     text = (
         f"max(shutdown_delay {terms['shutdown_delay']:g}s, pre-shutdown hook"
         f" {terms['longest pre-shutdown hook']:g}s) + drain_timeout {terms['drain_timeout']:g}s"
@@ -49,7 +48,7 @@ def app_time(c: Subject) -> tuple[float, str]:
 
 def sidecar_time(c: Subject) -> tuple[float, str]:
     """Return the seconds the native sidecars need after the app has exited, and a list of them."""
-    drains = native_drains(c.workload)
+    drains = c.sidecar_drains
     text = ", ".join(f"{sidecar.name}: {drain.why}" for sidecar, drain in drains)
     return sum(drain.seconds for _, drain in drains), text
 
@@ -81,7 +80,7 @@ def startup_budget(c: Subject) -> Iterator[Finding]:
     """GC009: the budget is over graceful's own grace period, so graceful refuses to start."""
     if c.settings.refused:  # graceful stops at the first bad value (GC008); the budget is moot
         return
-    refusal = c.settings.startup_refusal()
+    refusal = c.settings.startup_refusal
     if refusal is None:
         return
     total, _ = app_time(c)
