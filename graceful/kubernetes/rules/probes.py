@@ -70,7 +70,8 @@ def readiness(c: Subject) -> Iterator[Finding]:
         )
         return
     if probe.path is None:
-        what = f"a {probe.handler} probe, not an httpGet on /readyz"
+        article = "an" if probe.handler[0] in "aeiou" else "a"
+        what = f"{article} {probe.handler} probe, not an httpGet on /readyz"
     elif not fails_on_shutdown(probe.path):
         what = f"on {probe.path}, not /readyz"
     else:
