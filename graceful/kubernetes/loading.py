@@ -9,6 +9,9 @@ on whatever a chart renders, so reading is bounded:
 - **libyaml when present** (``yaml.CSafeLoader``, else the pure-Python
   ``yaml.SafeLoader``): the C parser turns text into events about ten times
   faster. Only its event stream is used; the objects are built here.
+  Either refuses flow nesting deeper than :data:`MAX_DEPTH` while scanning
+  (libyaml at 1000 levels, the pure scanner here), so that its own cost stays
+  linear.
 - **No recursion**: PyYAML's composer recurses once per nesting level and a
   10,000-deep ``[[[...`` raises RecursionError. The builder below keeps its own
   stack and refuses nesting deeper than :data:`MAX_DEPTH`, far deeper than any
@@ -53,8 +56,26 @@ MAX_DEPTH = 512
 #: adds a few hundred; the classic 9-level "billion laughs" adds 387 million.
 MAX_ALIAS_NODES = 1_000_000
 
+
+
+class _BoundedSafeLoader(yaml.SafeLoader):
+    """PyYAML's pure-Python loader, refusing flow nesting past :data:`MAX_DEPTH` as it scans.
+
+    Its scanner keeps a possible simple key per open flow collection and walks
+    them all on every token: 8,000 unclosed ``[`` take 20 s. libyaml refuses
+    flow nesting past 1000 levels itself; this bound does the same here,
+    before the cost grows.
+    """
+
+    def fetch_flow_collection_start(self, token_class: Any) -> None:
+        """Open a flow collection, unless it nests too deep."""
+        if self.flow_level >= MAX_DEPTH:
+            raise Unreadable(f"nesting deeper than {MAX_DEPTH} levels (line {self.line + 1})")
+        super().fetch_flow_collection_start(token_class)
+
+
 #: libyaml's parser when PyYAML was built with it, else the pure-Python one.
-_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", _BoundedSafeLoader)
 
 _STR = "tag:yaml.org,2002:str"
 _MAP = "tag:yaml.org,2002:map"

@@ -24,7 +24,7 @@ def parser(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> I
             pytest.skip("PyYAML was built without libyaml here")  # the pure run still covers the code
         monkeypatch.setattr(loading, "_LOADER", yaml.CSafeLoader)
     else:
-        monkeypatch.setattr(loading, "_LOADER", yaml.SafeLoader)
+        monkeypatch.setattr(loading, "_LOADER", loading._BoundedSafeLoader)
     yield request.param
 
 
@@ -119,6 +119,13 @@ class TestBounds:
         reason = str(raised.value) if isinstance(raised.value, Unreadable) else loading.yaml_reason(raised.value)
         assert "nesting" in reason
         assert "\n" not in reason
+
+    def test_unclosed_flow_collections(self, parser: str) -> None:
+        """8,000 unclosed [ (20 s of scanning for PyYAML's pure scanner unbounded) are refused at the bound."""
+        with pytest.raises((Unreadable, yaml.YAMLError)) as raised:
+            load("a: " + "[" * 8000)
+        if parser == "pure":
+            assert str(raised.value) == f"nesting deeper than {MAX_DEPTH} levels (line 1)"
 
     @pytest.mark.parametrize("make", [hostile.deep_nesting, hostile.deep_block_nesting], ids=["flow", "block"])
     def test_past_the_bound(self, parser: str, make: Any) -> None:
