@@ -57,7 +57,6 @@ MAX_DEPTH = 512
 MAX_ALIAS_NODES = 1_000_000
 
 
-
 class _BoundedSafeLoader(yaml.SafeLoader):
     """PyYAML's pure-Python loader, refusing flow nesting past :data:`MAX_DEPTH` as it scans.
 
