@@ -285,6 +285,7 @@ class TestHostileInputs:
         assert line.startswith(f"graceful check: {path}: its aliases expand to more than 1,000,000 nodes")
         assert 0 < rss < 200  # MB: the bomb is never expanded (PyYAML itself parses it in about 18 MB)
 
+    @pytest.mark.big
     @pytest.mark.timeout(600)
     def test_twenty_megabytes(self, tmp_path: Path) -> None:
         """69,242 documents (20 MB) are checked within 1 GB of address space and under 300 MB resident.
