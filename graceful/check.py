@@ -21,7 +21,7 @@ What happens when Kubernetes deletes a pod, and what each finding guards::
 
 A container is checked when it runs graceful: it sets a ``GRACEFUL_*``
 variable, or its command (or ``GUNICORN_CMD_ARGS``) names ``graceful/conf.py``,
-``python:graceful.conf`` or ``-m graceful``.
+``python:graceful.conf`` (or Django's ``graceful.django.conf``) or ``-m graceful``.
 
 Severities: ``error`` loses requests, kills the pod mid-drain or stops graceful
 from starting; ``warning`` is probably wrong; ``info`` says what could not be
@@ -84,7 +84,7 @@ _POD_SPEC_PATHS: dict[str, tuple[str, ...]] = {
 }
 
 _SHELLS = frozenset({"sh", "bash", "dash", "ash", "zsh", "ksh", "mksh"})
-_RUNS_GRACEFUL = re.compile(r"graceful/conf\.py|python:graceful\.conf|-m\s+graceful\b")
+_RUNS_GRACEFUL = re.compile(r"graceful/(?:django/)?conf\.py|python:graceful\.(?:django\.)?conf|-m\s+graceful\b")
 #: ``exec`` where a command starts: the shell replaces itself, SIGTERM reaches the server.
 _EXEC_COMMAND = re.compile(r"(?:^|[;&|({\n]|\b(?:then|do|else)\s)\s*exec\s+[^\s;&|)]")
 _SLEEP_IN_SCRIPT = re.compile(r"(?:^|[;&|({\n\s])sleep\s+(\d+(?:\.\d+)?[smhd]?)(?![\w.])")
