@@ -26,10 +26,11 @@ Register your own hooks and checks with the usual decorators
 (``@graceful.cleanup_task(...)``), e.g. in your app's ``AppConfig.ready()``.
 
 Serving: under ``gunicorn -c python:graceful.django.conf mysite.wsgi`` every
-worker wraps the app in :class:`graceful.GracefulMiddleware`, nothing to add
-to ``wsgi.py``, and the master reads ``settings.GRACEFUL`` too
-(:mod:`graceful.django.conf`). With ``graceful serve`` or any other server,
-one line in ``wsgi.py``::
+worker wraps the app in :class:`graceful.GracefulMiddleware` and the master
+reads ``settings.GRACEFUL`` too (:mod:`graceful.django.conf`); ``graceful
+serve mysite.wsgi`` wraps it as well: nothing to add to ``wsgi.py``. Under
+any other server (plain Gunicorn, uWSGI, ``manage.py runserver``), one line
+in ``wsgi.py``::
 
     application = GracefulMiddleware(get_wsgi_application())
 

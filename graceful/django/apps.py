@@ -31,6 +31,6 @@ class GracefulConfig(AppConfig):
         hooks and checks in their ``ready()``.
         """
         lifecycle = _default.default_lifecycle
-        settings.configure(lifecycle)
+        settings.configure_lifecycle(lifecycle)
         self.tracker = database.install(lifecycle)
         checks.register()

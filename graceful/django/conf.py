@@ -21,6 +21,10 @@ every graceful setting comes from ``GRACEFUL_*`` environment variables; a
 ``settings.GRACEFUL`` that would change the master's values then stops the
 workers at boot, saying so.
 
+The master imports the settings module once, here, and every worker it
+forks inherits it, also after a HUP: a change to the settings needs a
+restart (with plain Gunicorn a HUP would reload them in the new workers).
+
 Runs in the Gunicorn master, main thread, when Gunicorn reads its config. A
 missing ``DJANGO_SETTINGS_MODULE`` or a refused setting exits with one line.
 """

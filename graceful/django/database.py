@@ -15,7 +15,7 @@ process opened and still holds -- persistent ones (``CONN_MAX_AGE > 0``)
 kept by request threads included -- after the drain, when no request is
 being served. ``django.db.connections.close_all()`` would close only the
 calling thread's: cleanup tasks run on threads of their own
-(``graceful-cleanup-*``), so a :class:`ConnectionTracker` records each
+(``graceful-cleanup-task_N``), so a :class:`ConnectionTracker` records each
 connection as Django opens it (the ``connection_created`` signal) and closes
 it from there.
 """
@@ -99,7 +99,7 @@ class ConnectionTracker:
     def close_all(self) -> int:
         """Close every connection this process holds, from this thread; return how many were closed.
 
-        The cleanup task (a ``graceful-cleanup-*`` thread, after the drain).
+        The cleanup task (a ``graceful-cleanup-task_N`` thread, after the drain).
         Django refuses to close another thread's connection unless sharing is
         allowed: it is, for the close only. A close that fails is logged and
         the others still run.

@@ -29,7 +29,7 @@ from django.conf import settings
 from graceful.core.config import Config, ConfigError, env_name
 from graceful.core.lifecycle import Lifecycle
 
-__all__ = ["SETTING", "configure", "load_config", "mapping"]
+__all__ = ["SETTING", "configure_lifecycle", "load_config", "mapping"]
 
 #: The Django setting graceful reads.
 SETTING = "GRACEFUL"
@@ -57,7 +57,7 @@ def load_config(environ: Mapping[str, str] | None = None, **overrides: Any) -> C
     return Config.load(environ, mapping=mapping(getattr(settings, SETTING, {})), **overrides)
 
 
-def configure(lifecycle: Lifecycle, environ: Mapping[str, str] | None = None) -> Config:
+def configure_lifecycle(lifecycle: Lifecycle, environ: Mapping[str, str] | None = None) -> Config:
     """Configure ``lifecycle`` from :func:`load_config`; return the config.
 
     In a Gunicorn worker (a lifecycle that does not run the pre-shutdown

@@ -7,7 +7,7 @@ from django.test import override_settings
 
 from graceful.core.config import Config, ConfigError
 from graceful.core.lifecycle import Lifecycle
-from graceful.django.settings import configure, load_config, mapping
+from graceful.django.settings import configure_lifecycle, load_config, mapping
 
 
 class TestMapping:
@@ -85,14 +85,14 @@ class TestLoadConfig:
             load_config({})
 
 
-class TestConfigure:
-    """configure(lifecycle): the lifecycle gets the config; a Gunicorn worker may not diverge from its master."""
+class TestConfigureLifecycle:
+    """configure_lifecycle(lifecycle): it gets the config; a Gunicorn worker may not diverge from its master."""
 
     @override_settings(GRACEFUL={"SHUTDOWN_DELAY": 2})
     def test_configures_the_lifecycle(self) -> None:
         """The lifecycle's config is the one loaded from the settings."""
         lifecycle = Lifecycle(Config())
-        assert configure(lifecycle, {}) is lifecycle.config
+        assert configure_lifecycle(lifecycle, {}) is lifecycle.config
         assert lifecycle.config.shutdown_delay == 2.0
 
     @override_settings(GRACEFUL={"SHUTDOWN_DELAY": 2, "RETRY_AFTER": 3})
@@ -100,7 +100,7 @@ class TestConfigure:
         """In a worker (run_pre_shutdown_hooks off), settings the master did not read fail, naming both and the fix."""
         lifecycle = Lifecycle(Config(), run_pre_shutdown_hooks=False)
         with pytest.raises(ConfigError) as raised:
-            configure(lifecycle, {})
+            configure_lifecycle(lifecycle, {})
         message = str(raised.value)
         assert "GRACEFUL_SHUTDOWN_DELAY=2.0, GRACEFUL_RETRY_AFTER=3" in message
         assert "master runs with GRACEFUL_SHUTDOWN_DELAY=5.0, GRACEFUL_RETRY_AFTER=5" in message
@@ -111,4 +111,4 @@ class TestConfigure:
     def test_a_worker_whose_master_read_the_same_settings_is_configured(self) -> None:
         """Under graceful.django.conf the master's config equals the worker's: no error."""
         lifecycle = Lifecycle(Config(shutdown_delay=2), run_pre_shutdown_hooks=False)
-        assert configure(lifecycle, {}).shutdown_delay == 2.0
+        assert configure_lifecycle(lifecycle, {}).shutdown_delay == 2.0
