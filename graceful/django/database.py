@@ -1,7 +1,7 @@
 """The databases: a readiness check per alias, and closing every connection at exit.
 
 ``django-db-<alias>`` (a readiness check, one per ``settings.DATABASES``
-alias) opens a connection, runs ``SELECT 1`` and closes it again. It runs on
+alias; none for the dummy ``default`` Django puts in an empty one) opens a connection, runs ``SELECT 1`` and closes it again. It runs on
 its own ``graceful-check-*`` thread under the middleware's check timeout
 (``GracefulMiddleware(check_timeout=...)``, 0.8 s by default): a connect that
 hangs is reported ``timed out`` and is not started again while it runs.
@@ -32,6 +32,7 @@ from typing import Any
 from django.db import DEFAULT_DB_ALIAS, Error, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.signals import connection_created
+from django.db.utils import ConnectionHandler
 
 from graceful.core.lifecycle import Lifecycle
 
@@ -43,6 +44,8 @@ logger = logging.getLogger(__name__)
 CHECK_PREFIX = "django-db-"
 #: The cleanup task's name.
 CLEANUP_TASK_NAME = "django-db-connections"
+#: The engine Django puts under ``default`` when ``DATABASES`` is empty: no database to check.
+DUMMY_ENGINE = "django.db.backends.dummy"
 
 
 def ping(alias: str = DEFAULT_DB_ALIAS) -> None:
@@ -119,15 +122,19 @@ class ConnectionTracker:
         return closed
 
 
-def install(lifecycle: Lifecycle) -> ConnectionTracker:
+def install(lifecycle: Lifecycle, databases: ConnectionHandler = connections) -> ConnectionTracker:
     """Register ``django-db-<alias>`` per database and ``django-db-connections`` on ``lifecycle``.
 
-    Main thread, in ``django.setup()``. Returns the tracker, which receives
-    ``connection_created`` from now on (until :func:`uninstall`).
+    Main thread, in ``django.setup()``. ``databases`` (Django's
+    ``connections``) says which aliases there are; a project without any
+    (``DATABASES = {}``, Django's dummy ``default``) gets no check. Returns the
+    tracker, which receives ``connection_created`` from now on (until
+    :func:`uninstall`).
     """
     tracker = ConnectionTracker()
-    for alias in connections:
-        lifecycle.readiness_check(CHECK_PREFIX + alias)(_check(alias))
+    for alias, options in databases.settings.items():
+        if options.get("ENGINE") != DUMMY_ENGINE:
+            lifecycle.readiness_check(CHECK_PREFIX + alias)(_check(alias))
     lifecycle.cleanup_task(CLEANUP_TASK_NAME)(tracker.close_all)
     connection_created.connect(tracker.opened, weak=False, dispatch_uid=_uid(tracker))
     return tracker

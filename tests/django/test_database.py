@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from django.db import OperationalError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.utils import ConnectionHandler
 from werkzeug.test import Client
 
 from graceful.core.config import Config
@@ -147,6 +148,13 @@ class TestInstall:
         uninstall(tracker)
         names = [hook.name for hook in lifecycle.registry.hooks(READINESS_CHECK)]
         assert names == ["django-db-default", "django-db-other", f"django-db-{UNREACHABLE}"]
+        assert [hook.name for hook in lifecycle.registry.hooks(CLEANUP_TASK)] == [CLEANUP_TASK_NAME]
+
+    def test_a_project_without_databases_gets_no_check(self) -> None:
+        """DATABASES = {} (Django's dummy default, which refuses every query): no check that could never pass."""
+        lifecycle = Lifecycle(Config())
+        uninstall(install(lifecycle, ConnectionHandler({})))
+        assert lifecycle.registry.hooks(READINESS_CHECK) == []
         assert [hook.name for hook in lifecycle.registry.hooks(CLEANUP_TASK)] == [CLEANUP_TASK_NAME]
 
     def test_readyz_passes_for_reachable_and_withholds_the_reason_for_unreachable(
