@@ -1,8 +1,9 @@
 """The databases: a readiness check per alias, and closing every connection at exit.
 
 ``django-db-<alias>`` (a readiness check, one per ``settings.DATABASES``
-alias; none for the dummy ``default`` Django puts in an empty one) opens a connection, runs ``SELECT 1`` and closes it again. It runs on
-its own ``graceful-check-*`` thread under the middleware's check timeout
+alias; none for the dummy ``default`` Django puts in an empty one) opens a
+connection, runs ``SELECT 1`` and closes it again. It runs on its own
+``graceful-check-*`` thread under the middleware's check timeout
 (``GracefulMiddleware(check_timeout=...)``, 0.8 s by default): a connect that
 hangs is reported ``timed out`` and is not started again while it runs.
 Django's connections belong to the thread that opened them, so the check
