@@ -147,6 +147,7 @@ class TestGracefulSettings:
         ]
 
 
+@pytest.mark.load
 class TestSigtermUnderLoad:
     @pytest.mark.parametrize("worker_class", ["sync", "gthread"])
     def test_nothing_is_lost(self, processes: Processes, tmp_path: Path, worker_class: str) -> None:
