@@ -27,8 +27,8 @@ class GracefulConfig(AppConfig):
         """Configure ``graceful.default_lifecycle`` and register on it; raise ConfigError for refused settings.
 
         The lifecycle is the one the Gunicorn integration and ``graceful
-        serve`` drive. Apps listed after this one may register their own
-        hooks and checks in their ``ready()``.
+        serve`` drive. Other apps register their own hooks and checks on it
+        in their ``ready()``, with the usual decorators.
         """
         lifecycle = _default.default_lifecycle
         settings.configure_lifecycle(lifecycle)

@@ -82,7 +82,7 @@ def _refuse_other_than_the_master(master: Config, ours: Config) -> None:
     ours_text = ", ".join(f"{env_name(name)}={getattr(ours, name)!r}" for name in differing)
     master_text = ", ".join(f"{env_name(name)}={getattr(master, name)!r}" for name in differing)
     raise ConfigError(
-        f"settings.{SETTING} gives {ours_text}, but the Gunicorn master runs with {master_text}: it read"
-        " its settings before any worker loaded Django; start Gunicorn with -c python:graceful.django.conf"
+        f"settings.{SETTING} gives {ours_text}, but the Gunicorn master runs with {master_text}: the master"
+        " read its settings before any worker loaded Django; start Gunicorn with -c python:graceful.django.conf"
         f" (its master reads settings.{SETTING} too), or set these as environment variables"
     )
