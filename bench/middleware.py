@@ -18,7 +18,7 @@ plain WSGI function and a Flask hello-world app, and the paired ratio: the
 median over rounds of wrapped / bare within one round, the steadiest of the
 three (bench/run.py reports it for Flask).
 
-Targets (DESIGN.md): at most 1 us added on the plain app, Flask slowed <= 3%.
+Targets (the README's benchmark table): at most 1 us added on the plain app, Flask slowed <= 3%.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Every benchmark figure of DESIGN.md, measured side by side in one run, printed as one table.
+"""Every benchmark figure of the README's table, measured side by side in one run, printed as one table.
 
     python bench/run.py [--quick]
 

@@ -2,7 +2,7 @@
 
     python bench/shutdown.py [--trials 5] [--worker-class gthread]
 
-Three figures (DESIGN.md targets), each the median and the worst of
+Three figures (targets in the README's benchmark table), each the median and the worst of
 ``--trials`` runs, every one a fresh Gunicorn serving tests/live/load_app.py:
 
 overhead

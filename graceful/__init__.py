@@ -17,13 +17,14 @@ from graceful.core.default import (
     request_shutdown,
 )
 from graceful.core.hooks import HookResult, Outcome, ShutdownReport
-from graceful.core.lifecycle import Lifecycle, LifecycleSignal, NullAdapter, ServerAdapter
+from graceful.core.lifecycle import Lifecycle, NullAdapter, ServerAdapter
 from graceful.core.registry import DuplicateNameError, PhaseStartedError
+from graceful.core.signals import LifecycleSignal
 from graceful.core.waitgroup import SafeWaitGroup, WaitGroupClosed
 from graceful.process.trap import SignalTrap
 from graceful.wsgi.middleware import GracefulMiddleware, path_prefixes
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "AdmissionLimit",

@@ -474,7 +474,7 @@ def _rule_shutdown_delay(c: _Container) -> Iterator[Finding]:
 
 def _budget_text(c: _Container) -> tuple[float, str]:
     """Return the pod's whole shutdown budget and how it adds up."""
-    terms = c.settings.config.budget()
+    terms = c.settings.config.budget().terms()
     text = (
         f"max(shutdown_delay {terms['shutdown_delay']:g}s, pre-shutdown hook"
         f" {terms['longest pre-shutdown hook']:g}s) + drain_timeout {terms['drain_timeout']:g}s"

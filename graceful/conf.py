@@ -22,26 +22,7 @@ This file is the public path only: the hooks live in
 
 from __future__ import annotations
 
-from graceful.gunicorn.hooks import (
-    graceful_timeout,
-    on_exit,
-    on_reload,
-    on_starting,
-    post_fork,
-    post_worker_init,
-    pre_request,
-    when_ready,
-    worker_exit,
-)
+from graceful.gunicorn import hooks as _hooks
+from graceful.gunicorn.hooks import *  # noqa: F403 -- Gunicorn looks the hooks up by name in this module
 
-__all__ = [
-    "graceful_timeout",
-    "on_exit",
-    "on_reload",
-    "on_starting",
-    "post_fork",
-    "post_worker_init",
-    "pre_request",
-    "when_ready",
-    "worker_exit",
-]
+__all__ = _hooks.__all__

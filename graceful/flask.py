@@ -61,20 +61,18 @@ unchanged::
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from flask import Flask
 
 from graceful.core import default as _default
 from graceful.core.config import Config
 from graceful.core.lifecycle import Lifecycle
+from graceful.core.registry import Registrations
 from graceful.wsgi.health import DEFAULT_CHECK_TIMEOUT
 from graceful.wsgi.middleware import GracefulMiddleware, LongRunning, find_middleware
 
 __all__ = ["EXTENSION_KEY", "Graceful"]
-
-F = TypeVar("F", bound=Callable[[], object])
 
 #: Where ``init_app`` stores the extension: ``app.extensions["graceful"]``.
 EXTENSION_KEY = "graceful"
@@ -84,7 +82,7 @@ EXTENSION_KEY = "graceful"
 _default_claims = itertools.count()
 
 
-class Graceful:
+class Graceful(Registrations):
     """Graceful termination for Flask apps: health endpoints, drain, hooks and checks.
 
     ``Graceful(app)`` or ``Graceful()`` then :meth:`init_app`. ``lifecycle``
@@ -108,6 +106,8 @@ class Graceful:
         if lifecycle is None:
             lifecycle = _default.default_lifecycle if next(_default_claims) == 0 else Lifecycle()
         self.lifecycle = lifecycle
+        # The decorators (Registrations) register on the lifecycle's own registry.
+        self.registry = lifecycle.registry
         self._middleware_options: dict[str, Any] = {
             "long_running": long_running,
             "check_timeout": check_timeout,
@@ -146,29 +146,3 @@ class Graceful:
         if found is None:
             raise LookupError(f"{app.name!r} has no GracefulMiddleware in app.wsgi_app")
         return found
-
-    # -- registration, on this extension's lifecycle ------------------------------
-
-    def pre_shutdown_hook(self, name: str, timeout: float | None = None) -> Callable[[F], F]:
-        """Register a server-scope hook run once at ShutdownInitiated (see ``Lifecycle.pre_shutdown_hook``).
-
-        Under Gunicorn these run in the master: register them where the master
-        sees them (the Gunicorn config, or the app module with ``preload_app``).
-        """
-        return self.lifecycle.pre_shutdown_hook(name, timeout)
-
-    def cleanup_task(self, name: str, timeout: float | None = None) -> Callable[[F], F]:
-        """Register a process-scope task run after the drain, before each serving process exits."""
-        return self.lifecycle.cleanup_task(name, timeout)
-
-    def post_start_hook(self, name: str) -> Callable[[F], F]:
-        """Register a hook run once the listener is bound; ``/readyz`` fails until it returns."""
-        return self.lifecycle.post_start_hook(name)
-
-    def readiness_check(self, name: str) -> Callable[[F], F]:
-        """Register a ``/readyz`` and ``/healthz`` check: it passes unless it returns False or raises."""
-        return self.lifecycle.readiness_check(name)
-
-    def liveness_check(self, name: str) -> Callable[[F], F]:
-        """Register a ``/livez`` and ``/healthz`` check: it passes unless it returns False or raises."""
-        return self.lifecycle.liveness_check(name)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from tests.conftest import ROOT
 from tests.e2e_harness import DIRECT, WORKERS, Gunicorn, LoadGenerator, Run, Starter, Termination
-from tests.test_gunicorn import _has_control_socket
+from tests.gunicorn.test_gunicorn import _has_control_socket
 
 
 class AppGunicorn(Gunicorn):

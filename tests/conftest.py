@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import itertools
 import os
 import queue
 import signal
@@ -15,6 +16,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+import graceful
+import graceful.core.default
+from graceful.core.lifecycle import Lifecycle
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -75,6 +80,22 @@ class Processes:
         for proc in self.started:
             if proc.stdout is not None:
                 proc.stdout.close()
+
+
+@pytest.fixture(autouse=True)
+def default_lifecycle(monkeypatch: pytest.MonkeyPatch) -> Lifecycle:
+    """Every test gets a fresh ``graceful.default_lifecycle``, so none leaves hooks, settings or fired signals behind.
+
+    Flask's one claim on the default lifecycle is renewed with it: the first
+    ``Graceful()`` of each test takes this one.
+    """
+    fresh = Lifecycle()
+    monkeypatch.setattr(graceful.core.default, "default_lifecycle", fresh)
+    monkeypatch.setattr(graceful, "default_lifecycle", fresh)
+    extension = sys.modules.get("graceful.flask")
+    if extension is not None:
+        monkeypatch.setattr(extension, "_default_claims", itertools.count())
+    return fresh
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, Processes, read_until
-from tests.test_gunicorn import _has_control_socket, free_port
+from tests.gunicorn.test_gunicorn import _has_control_socket, free_port
 
 GUNICORN = str(Path(sys.executable).with_name("gunicorn"))
 

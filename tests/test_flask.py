@@ -13,7 +13,6 @@ from werkzeug.test import Client
 
 import graceful
 import graceful.flask as graceful_flask
-from graceful.core import default as _default
 from graceful.core.config import Config, ConfigError
 from graceful.core.lifecycle import Lifecycle
 from graceful.core.registry import CLEANUP_TASK, LIVENESS_CHECK, POST_START_HOOK, PRE_SHUTDOWN_HOOK, READINESS_CHECK
@@ -31,12 +30,10 @@ def isolated(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def fresh_default(monkeypatch: pytest.MonkeyPatch) -> Lifecycle:
-    """A stand-in default lifecycle, not yet claimed by any Graceful."""
-    lifecycle = Lifecycle()
-    monkeypatch.setattr(_default, "default_lifecycle", lifecycle)
+def fresh_default(default_lifecycle: Lifecycle, monkeypatch: pytest.MonkeyPatch) -> Lifecycle:
+    """This test's default lifecycle (tests/conftest.py), not yet claimed by any Graceful."""
     monkeypatch.setattr(graceful_flask, "_default_claims", itertools.count())
-    return lifecycle
+    return default_lifecycle
 
 
 def make_app(name: str = "app", **config: object) -> Flask:
@@ -88,7 +85,7 @@ class TestGraceful:
         assert middleware.app == flask_wsgi_app
         assert as_middleware(app.wsgi_app) is middleware
         assert as_middleware(flask_wsgi_app) is None
-        assert as_middleware(middleware._health) is None  # only __call__ stands for the middleware
+        assert as_middleware(middleware.__repr__) is None  # only __call__ stands for the middleware
 
     def test_middleware_lookup(self) -> None:
         """Graceful.middleware(app) finds the installed middleware, also behind ProxyFix."""

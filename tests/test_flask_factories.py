@@ -20,8 +20,8 @@ import requests
 from tests.app_harness import AppGunicorn, assert_nothing_lost, sigterm_under_load
 from tests.conftest import LIVE, ROOT, Processes
 from tests.e2e_harness import free_port
-from tests.test_gunicorn import WORKERS, Server, _has_control_socket
-from tests.test_server import Served
+from tests.gunicorn.test_gunicorn import WORKERS, Server, _has_control_socket
+from tests.serve.test_server import Served
 
 GUNICORN = str(Path(sys.executable).with_name("gunicorn"))
 FLASK = str(Path(sys.executable).with_name("flask"))

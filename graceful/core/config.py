@@ -26,10 +26,9 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["BUDGET_MARGIN", "Config", "ConfigError", "env_name"]
+from graceful.core.budget import Budget
 
-#: Seconds the budget keeps spare for process exit and signal delivery.
-BUDGET_MARGIN = 1.0
+__all__ = ["Config", "ConfigError", "env_name"]
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
@@ -181,43 +180,25 @@ class Config:
         self,
         pre_shutdown_timeouts: Iterable[float] = (),
         cleanup_timeouts: Iterable[float] = (),
-    ) -> dict[str, float]:
-        """Return each term of the shutdown budget and their ``total``, in seconds.
+    ) -> Budget:
+        """Return the shutdown budget (:class:`graceful.core.budget.Budget`) for these hook timeouts.
 
         With no hooks given, each hook term is ``hook_timeout`` (what a hook
         registered later would get by default).
         """
-        pre = max(pre_shutdown_timeouts, default=self.hook_timeout)
-        cleanup = max(cleanup_timeouts, default=self.hook_timeout)
-        terms = {
-            "shutdown_delay": self.shutdown_delay,
-            "longest pre-shutdown hook": pre,
-            "drain_timeout": self.drain_timeout,
-            "longest cleanup task": cleanup,
-            "margin": BUDGET_MARGIN,
-        }
-        terms["total"] = max(self.shutdown_delay, pre) + self.drain_timeout + cleanup + BUDGET_MARGIN
-        return terms
+        return Budget(
+            shutdown_delay=self.shutdown_delay,
+            longest_pre_shutdown_hook=max(pre_shutdown_timeouts, default=self.hook_timeout),
+            drain_timeout=self.drain_timeout,
+            longest_cleanup_task=max(cleanup_timeouts, default=self.hook_timeout),
+        )
 
     def check_budget(
         self,
         pre_shutdown_timeouts: Iterable[float] = (),
         cleanup_timeouts: Iterable[float] = (),
     ) -> None:
-        """Raise :class:`ConfigError` when the shutdown cannot fit ``grace_period``.
-
-        The budget is ``max(shutdown_delay, longest pre-shutdown hook) +
-        drain_timeout + longest cleanup task + 1 s margin``: pre-shutdown hooks
-        run alongside the delay, cleanup runs after the drain.
-        """
-        t = self.budget(pre_shutdown_timeouts, cleanup_timeouts)
-        if t["total"] <= self.grace_period:
-            return
-        raise ConfigError(
-            "graceful shutdown does not fit GRACEFUL_GRACE_PERIOD: "
-            f"max(shutdown_delay {t['shutdown_delay']:g}s, longest pre-shutdown hook "
-            f"{t['longest pre-shutdown hook']:g}s) + drain_timeout {t['drain_timeout']:g}s"
-            f" + longest cleanup task {t['longest cleanup task']:g}s + margin {t['margin']:g}s"
-            f" = {t['total']:g}s > grace_period {self.grace_period:g}s; raise"
-            " GRACEFUL_GRACE_PERIOD (and terminationGracePeriodSeconds) or lower the others"
-        )
+        """Raise :class:`ConfigError` when the shutdown cannot fit ``grace_period`` (:mod:`graceful.core.budget`)."""
+        problem = self.budget(pre_shutdown_timeouts, cleanup_timeouts).overrun(self.grace_period)
+        if problem is not None:
+            raise ConfigError(problem)

@@ -51,6 +51,10 @@ class Hook:
     fn: Callable[[], object]
     timeout: float | None = None
 
+    def timeout_or(self, default: float) -> float:
+        """The seconds this hook may run: its own timeout, else ``default`` (the config's ``hook_timeout``)."""
+        return default if self.timeout is None else self.timeout
+
     def origin(self) -> tuple[str, str]:
         """Where the callable was defined: re-running the same definition is no duplicate."""
         code = getattr(self.fn, "__code__", None)
@@ -125,7 +129,7 @@ class HookBatch:
 
     def timeout_of(self, hook: Hook) -> float:
         """The seconds ``hook`` may run."""
-        return self._default_timeout if hook.timeout is None else hook.timeout
+        return hook.timeout_or(self._default_timeout)
 
     def start(self) -> None:
         """Start every hook at once on its own thread; later calls do nothing."""

@@ -27,11 +27,16 @@ Each signal wraps a ``threading.Event``, remembers the monotonic time it
 fired, fires once however often it is signalled, and logs one line with the
 seconds since ShutdownInitiated.
 
-A :class:`Lifecycle` owns the signals, the hook registry, the in-flight wait
-group and the admission limit of one server. The server-specific steps sit
-behind :class:`ServerAdapter`. Under Gunicorn, the master runs the first half
-(to NotAcceptingNewRequests) and each worker the second half
-(:meth:`Lifecycle.drain_and_clean_up`).
+A :class:`Lifecycle` owns the signals (:mod:`graceful.core.signals`), the hook
+registry, the in-flight wait group and the admission limit of one server. The
+server-specific step sits behind :class:`ServerAdapter`. Under Gunicorn, the
+master runs the first half (:meth:`Lifecycle.run_until_not_accepting`, on its
+``graceful-shutdown`` thread) and each worker the second half
+(:meth:`Lifecycle.drain_and_clean_up`, in its main thread); ``graceful serve``
+runs both on one ``graceful-shutdown`` thread.
+
+This module reads in timeline order: the driver first, then what it is
+configured with, then registration, observation and start-up.
 """
 
 from __future__ import annotations
@@ -39,20 +44,15 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import NoReturn, Protocol, TypeVar
+from typing import NoReturn, Protocol
 
 from graceful.core.admission import AdmissionLimit
+from graceful.core.budget import Budget
 from graceful.core.clock import Clock, MonotonicClock
-from graceful.core.config import Config
+from graceful.core.config import Config, ConfigError
 from graceful.core.hooks import HookBatch, ShutdownReport
-from graceful.core.registry import (
-    CLEANUP_TASK,
-    LIVENESS_CHECK,
-    POST_START_HOOK,
-    PRE_SHUTDOWN_HOOK,
-    READINESS_CHECK,
-    Registry,
-)
+from graceful.core.registry import CLEANUP_TASK, POST_START_HOOK, PRE_SHUTDOWN_HOOK, Registrations, Registry
+from graceful.core.signals import LifecycleSignal
 from graceful.core.waitgroup import SafeWaitGroup
 from graceful.process.exit import exit_process
 
@@ -60,103 +60,19 @@ __all__ = ["Lifecycle", "LifecycleSignal", "NullAdapter", "ServerAdapter", "Sign
 
 logger = logging.getLogger(__name__)
 
-F = TypeVar("F", bound=Callable[[], object])
-
 #: Called as ``listener(signal_name, monotonic_time)`` when a signal fires.
 SignalListener = Callable[[str, float], None]
 
 
-class ServerAdapter(Protocol):
-    """The server-specific step the lifecycle cannot do itself."""
-
-    def stop_listening(self) -> None:
-        """Close the listeners: new connections are refused from now on. Called once."""
-
-
-class NullAdapter:
-    """An adapter for a lifecycle with no listeners of its own (tests, Gunicorn workers)."""
-
-    def stop_listening(self) -> None:
-        """Do nothing: someone else owns the listeners."""
-
-
-class LifecycleSignal:
-    """A named one-shot fact: fires once, remembers when, can be waited on.
-
-    ``fire`` is idempotent and thread-safe (it takes a lock, so never call it
-    from an OS signal handler: graceful.process.trap queues instead).
-    """
-
-    def __init__(self, name: str, lifecycle: Lifecycle) -> None:
-        self.name = name
-        self._lifecycle = lifecycle
-        self._event = threading.Event()
-        self._lock = threading.Lock()
-        #: Monotonic time it fired, or None.
-        self.fired_at: float | None = None
-
-    def __repr__(self) -> str:
-        return f"<LifecycleSignal {self.name} fired_at={self.fired_at}>"
-
-    @property
-    def event(self) -> threading.Event:
-        """The underlying event (set once fired)."""
-        return self._event
-
-    def reinit_after_fork(self) -> None:
-        """Replace the lock and event in a forked child (see ``Lifecycle.reinit_after_fork``).
-
-        A parent thread may have been inside ``Event.set()`` at the fork. The
-        event object stays the same (middleware bound before the fork, with
-        preload_app, holds it); only its internal lock is renewed.
-        """
-        self._lock = threading.Lock()
-        reinit = getattr(self._event, "_at_fork_reinit", None)  # CPython 3.9+, as threading uses it
-        if reinit is not None:
-            reinit()
-        if self.fired_at is not None:
-            self._event.set()
-
-    def is_set(self) -> bool:
-        """True once fired: from the moment ``fire()`` records the time, before its listeners run.
-
-        So whoever learns of the signal from a listener (a log line, a systemd
-        status, a broadcast) finds it set. ``wait()`` and ``event`` waiters
-        return only after the listeners, as ``fire()`` says.
-        """
-        return self.fired_at is not None
-
-    def fire(self) -> bool:
-        """Fire the signal; return True for the call that fired it, False if it had fired.
-
-        The time is recorded, the line logged and the listeners called before
-        the event is set, so whoever waits on it sees every listener done.
-        """
-        with self._lock:
-            if self.fired_at is not None:
-                return False
-            self.fired_at = self._lifecycle.clock.now()
-        # After fired_at, never before: see Lifecycle.refresh_unhindered.
-        self._lifecycle._unhindered = False
-        try:
-            self._lifecycle._announce(self)
-        finally:
-            self._event.set()
-        return True
-
-    def wait(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds (on the lifecycle's clock); return whether fired."""
-        return self._lifecycle.clock.wait(self._event, timeout)
-
-
-class Lifecycle:
+class Lifecycle(Registrations):
     """One server's shutdown timeline, hooks, checks, in-flight count and admission limit.
 
     ``config`` defaults to ``Config.load()`` (the environment), read when first
     needed, so importing graceful never fails on a bad variable; servers read
     it at start-up. Thread-safe: ``request_shutdown`` may be called from any
     thread, any number of times; the timeline runs once on a daemon thread
-    named ``graceful-shutdown``.
+    named ``graceful-shutdown``. Hooks and checks are registered with the
+    decorators of :class:`graceful.core.registry.Registrations`.
     """
 
     def __init__(
@@ -175,10 +91,9 @@ class Lifecycle:
         self.registry = Registry()
         self.in_flight = SafeWaitGroup()
         self._admission: AdmissionLimit | None = None
-        # Read by GracefulMiddleware on every request: True lets a request skip the shutdown
-        # and admission checks. Set by refresh_unhindered(), cleared by configure() and by
-        # every signal that fires.
-        self._unhindered = False
+        #: True while a request has nothing to check (see :meth:`refresh_unhindered`).
+        #: Read by GracefulMiddleware on every request; never written outside this class.
+        self.unhindered = False
         self._listeners: list[SignalListener] = []
         self._lock = threading.Lock()
         self._driver: threading.Thread | None = None
@@ -190,161 +105,19 @@ class Lifecycle:
         self._post_start_batch: HookBatch | None = None
         self.report = ShutdownReport()
 
-        self.has_been_ready = LifecycleSignal("HasBeenReady", self)
-        self.shutdown_initiated = LifecycleSignal("ShutdownInitiated", self)
-        self.after_shutdown_delay = LifecycleSignal("AfterShutdownDelayDuration", self)
-        self.pre_shutdown_hooks_stopped = LifecycleSignal("PreShutdownHooksStopped", self)
-        self.not_accepting_new_requests = LifecycleSignal("NotAcceptingNewRequests", self)
-        self.in_flight_requests_drained = LifecycleSignal("InFlightRequestsDrained", self)
-        self.http_server_stopped_listening = LifecycleSignal("HTTPServerStoppedListening", self)
-        self.cleanup_finished = LifecycleSignal("CleanupFinished", self)
+        def signal(name: str) -> LifecycleSignal:
+            return LifecycleSignal(name, self.clock, on_fire=self._signal_fired)
 
-    # -- configuration -----------------------------------------------------
+        self.has_been_ready = signal("HasBeenReady")
+        self.shutdown_initiated = signal("ShutdownInitiated")
+        self.after_shutdown_delay = signal("AfterShutdownDelayDuration")
+        self.pre_shutdown_hooks_stopped = signal("PreShutdownHooksStopped")
+        self.not_accepting_new_requests = signal("NotAcceptingNewRequests")
+        self.in_flight_requests_drained = signal("InFlightRequestsDrained")
+        self.http_server_stopped_listening = signal("HTTPServerStoppedListening")
+        self.cleanup_finished = signal("CleanupFinished")
 
-    @property
-    def config(self) -> Config:
-        """The config in force (loaded from the environment on first use)."""
-        if self._config is None:
-            self._config = Config.load()
-        return self._config
-
-    def configure(self, config: Config) -> None:
-        """Replace the config; only before this process started running the timeline.
-
-        A Gunicorn worker forked during the shutdown delay (replacing one that
-        died) sees ShutdownInitiated already fired and may still configure.
-        """
-        if self._timeline_running:
-            raise RuntimeError("cannot change the config: this lifecycle's shutdown is running")
-        self._config = config
-        self._admission = None
-        self._unhindered = False  # after _admission, never before: see refresh_unhindered
-
-    @property
-    def admission(self) -> AdmissionLimit:
-        """The per-process admission limit from ``config.max_in_flight``."""
-        if self._admission is None:
-            self._admission = AdmissionLimit(self.config.max_in_flight)
-        return self._admission
-
-    def refresh_unhindered(self) -> None:
-        """Let requests skip the shutdown and admission checks while there is nothing to check.
-
-        That is while NotAcceptingNewRequests has not fired and ``max_in_flight``
-        is 0. GracefulMiddleware calls this on the requests that find the flag
-        down (the first one; the first after a signal fires). Thread-safe
-        without a lock: ``fire()`` and ``configure()`` change their state, then
-        clear the flag; this sets the flag, then looks at their state again
-        and takes the flag back if either changed.
-        """
-        admission = self.admission
-        signal = self.not_accepting_new_requests
-        if signal.fired_at is None and not admission.limit:
-            self._unhindered = True
-            if signal.fired_at is not None or self._admission is not admission:
-                self._unhindered = False
-
-    def check_budget(self) -> None:
-        """Raise ``ConfigError`` when the config plus the registered hooks cannot fit the grace period."""
-        timeout = self.config.hook_timeout
-        pre = [h.timeout or timeout for h in self.registry.hooks(PRE_SHUTDOWN_HOOK)]
-        cleanup = [h.timeout or timeout for h in self.registry.hooks(CLEANUP_TASK)]
-        self.config.check_budget(pre, cleanup)
-
-    # -- registration --------------------------------------------------------
-
-    def pre_shutdown_hook(self, name: str, timeout: float | None = None) -> Callable[[F], F]:
-        """Register a server-scope hook run once at ShutdownInitiated, alongside the delay."""
-        return self.registry.decorator(PRE_SHUTDOWN_HOOK, name, timeout)
-
-    def cleanup_task(self, name: str, timeout: float | None = None) -> Callable[[F], F]:
-        """Register a process-scope task run after the drain, before the process exits."""
-        return self.registry.decorator(CLEANUP_TASK, name, timeout)
-
-    def post_start_hook(self, name: str) -> Callable[[F], F]:
-        """Register a hook run after the listener binds; readiness fails until it returns."""
-        return self.registry.decorator(POST_START_HOOK, name)
-
-    def readiness_check(self, name: str) -> Callable[[F], F]:
-        """Register a readiness check: it passes when it returns anything but False."""
-        return self.registry.decorator(READINESS_CHECK, name)
-
-    def liveness_check(self, name: str) -> Callable[[F], F]:
-        """Register a liveness check: it passes when it returns anything but False."""
-        return self.registry.decorator(LIVENESS_CHECK, name)
-
-    # -- observation ---------------------------------------------------------
-
-    @property
-    def signals(self) -> tuple[LifecycleSignal, ...]:
-        """Every signal in timeline order."""
-        return (
-            self.has_been_ready,
-            self.shutdown_initiated,
-            self.after_shutdown_delay,
-            self.pre_shutdown_hooks_stopped,
-            self.not_accepting_new_requests,
-            self.in_flight_requests_drained,
-            self.http_server_stopped_listening,
-            self.cleanup_finished,
-        )
-
-    def subscribe(self, listener: SignalListener) -> None:
-        """Call ``listener(name, time)`` on the firing thread each time a signal fires."""
-        self._listeners.append(listener)
-
-    def unsubscribe(self, listener: SignalListener) -> None:
-        """Stop calling ``listener`` (no error if it was not subscribed)."""
-        if listener in self._listeners:
-            self._listeners.remove(listener)
-
-    def _announce(self, signal: LifecycleSignal) -> None:
-        t0 = self.shutdown_initiated.fired_at
-        assert signal.fired_at is not None
-        if t0 is None:  # HasBeenReady, or a worker stopped by HUP, TTOU or recycling
-            logger.info("graceful: %s", signal.name)
-        else:
-            logger.info("graceful: %s (%.3fs after ShutdownInitiated)", signal.name, signal.fired_at - t0)
-        for listener in list(self._listeners):
-            listener(signal.name, signal.fired_at)
-
-    # -- start-up --------------------------------------------------------------
-
-    def run_post_start_hooks(self) -> None:
-        """Start the post-start hooks, concurrently; call once the listener is bound."""
-        with self._lock:
-            if self._post_start_batch is not None:
-                return
-            hooks = self.registry.close(POST_START_HOOK, "start-up has begun")
-            # Post-start hooks may take as long as they need; readiness waits.
-            self._post_start_batch = HookBatch(POST_START_HOOK, hooks, float("inf"), self.clock)
-        self._post_start_batch.start()
-
-    def post_start_status(self) -> dict[str, str | None]:
-        """Each post-start hook's state: ``None`` once it returned, else why it is not ready."""
-        batch = self._post_start_batch
-        names = [h.name for h in self.registry.hooks(POST_START_HOOK)]
-        if batch is None:
-            return {name: "not started" for name in names}
-        return {name: batch.pending_reason(name) for name in names}
-
-    def reinit_after_fork(self) -> None:
-        """Make the copy of this lifecycle in a forked child usable on its own.
-
-        A thread of the parent may have held one of our locks at the fork;
-        the child gets fresh ones. Gunicorn workers call this in ``post_fork``.
-        """
-        self._lock = threading.Lock()
-        self.registry.reinit_after_fork()
-        for signal in self.signals:
-            signal.reinit_after_fork()
-        # The parent's hook threads did not come along: the child starts with none.
-        self._driver = None
-        self._timeline_running = self._tail_started = self._listeners_closed = False
-        self._pre_batch = self._cleanup_batch = self._post_start_batch = None
-        self.report = ShutdownReport()
-
-    # -- shutdown ----------------------------------------------------------------
+    # -- the timeline ---------------------------------------------------------
 
     def request_shutdown(self) -> None:
         """Start the whole timeline on its own thread; later calls do nothing.
@@ -428,7 +201,7 @@ class Lifecycle:
             self._tail_started = True
             self._timeline_running = True
         if not first:
-            self.cleanup_finished.wait(self.config.drain_timeout + self._longest(CLEANUP_TASK) + 1)
+            self.cleanup_finished.wait(self.config.drain_timeout + self.longest_cleanup_timeout() + 1)
             return self.report
         # Wait for in-flight requests to finish.
         timeout = self.config.drain_timeout if drain_timeout is None else drain_timeout
@@ -448,24 +221,6 @@ class Lifecycle:
         self.cleanup_finished.fire()
         return self.report
 
-    def longest_cleanup_timeout(self) -> float:
-        """The longest timeout (s) among the registered cleanup tasks, 0 if none."""
-        return self._longest(CLEANUP_TASK)
-
-    def longest_pre_shutdown_timeout(self) -> float:
-        """The longest timeout (s) among the registered pre-shutdown hooks, 0 if none."""
-        return self._longest(PRE_SHUTDOWN_HOOK)
-
-    def _longest(self, kind: str) -> float:
-        timeout = self.config.hook_timeout
-        return max((h.timeout or timeout for h in self.registry.hooks(kind)), default=0.0)
-
-    @property
-    def hung_hooks(self) -> list[str]:
-        """Names of hooks and tasks whose threads are still running after their timeout."""
-        batches = (self._post_start_batch, self._pre_batch, self._cleanup_batch)
-        return [name for batch in batches if batch is not None for name in batch.hung]
-
     def wait_finished(self, timeout: float) -> bool:
         """Wait (on the lifecycle's clock) until CleanupFinished; return whether it fired."""
         return self.cleanup_finished.wait(timeout)
@@ -478,3 +233,174 @@ class Lifecycle:
         if self.hung_hooks:
             logger.warning("graceful: exiting with hung hooks still running: %s", ", ".join(self.hung_hooks))
         exit_process(code)
+
+    @property
+    def hung_hooks(self) -> list[str]:
+        """Names of hooks and tasks whose threads are still running after their timeout."""
+        batches = (self._post_start_batch, self._pre_batch, self._cleanup_batch)
+        return [name for batch in batches if batch is not None for name in batch.hung]
+
+    # -- the request hot path ---------------------------------------------------
+
+    def refresh_unhindered(self) -> None:
+        """Let requests skip the shutdown and admission checks while there is nothing to check.
+
+        That is while NotAcceptingNewRequests has not fired and ``max_in_flight``
+        is 0: :attr:`unhindered` goes up. GracefulMiddleware calls this on the
+        requests that find it down (the first one; the first after a signal
+        fires). Thread-safe without a lock: every signal's firing and
+        :meth:`configure` change their state, then take the flag down; this
+        sets the flag, then looks at their state again and takes the flag
+        back if either changed.
+        """
+        admission = self.admission
+        signal = self.not_accepting_new_requests
+        if signal.fired_at is None and not admission.limit:
+            self.unhindered = True
+            if signal.fired_at is not None or self._admission is not admission:
+                self.unhindered = False
+
+    # -- configuration -----------------------------------------------------------
+
+    @property
+    def config(self) -> Config:
+        """The config in force (loaded from the environment on first use)."""
+        if self._config is None:
+            self._config = Config.load()
+        return self._config
+
+    def configure(self, config: Config) -> None:
+        """Replace the config; only before this process started running the timeline.
+
+        A Gunicorn worker forked during the shutdown delay (replacing one that
+        died) sees ShutdownInitiated already fired and may still configure.
+        """
+        if self._timeline_running:
+            raise RuntimeError("cannot change the config: this lifecycle's shutdown is running")
+        self._config = config
+        self._admission = None
+        self.unhindered = False  # after _admission, never before: see refresh_unhindered
+
+    @property
+    def admission(self) -> AdmissionLimit:
+        """The per-process admission limit from ``config.max_in_flight``."""
+        if self._admission is None:
+            self._admission = AdmissionLimit(self.config.max_in_flight)
+        return self._admission
+
+    def budget(self) -> Budget:
+        """The shutdown budget of the config with the hooks registered so far.
+
+        A kind with nothing registered counts ``hook_timeout``: what a hook
+        registered later gets by default.
+        """
+        default = self.config.hook_timeout
+        pre = [h.timeout_or(default) for h in self.registry.hooks(PRE_SHUTDOWN_HOOK)]
+        cleanup = [h.timeout_or(default) for h in self.registry.hooks(CLEANUP_TASK)]
+        return self.config.budget(pre, cleanup)
+
+    def check_budget(self) -> None:
+        """Raise ``ConfigError`` when the config plus the registered hooks cannot fit the grace period."""
+        problem = self.budget().overrun(self.config.grace_period)
+        if problem is not None:
+            raise ConfigError(problem)
+
+    def longest_cleanup_timeout(self) -> float:
+        """The longest timeout (s) among the registered cleanup tasks, 0 if none."""
+        return self._longest(CLEANUP_TASK)
+
+    def longest_pre_shutdown_timeout(self) -> float:
+        """The longest timeout (s) among the registered pre-shutdown hooks, 0 if none."""
+        return self._longest(PRE_SHUTDOWN_HOOK)
+
+    def _longest(self, kind: str) -> float:
+        default = self.config.hook_timeout
+        return max((h.timeout_or(default) for h in self.registry.hooks(kind)), default=0.0)
+
+    # -- observation -------------------------------------------------------------
+
+    @property
+    def signals(self) -> tuple[LifecycleSignal, ...]:
+        """Every signal in timeline order."""
+        return (
+            self.has_been_ready,
+            self.shutdown_initiated,
+            self.after_shutdown_delay,
+            self.pre_shutdown_hooks_stopped,
+            self.not_accepting_new_requests,
+            self.in_flight_requests_drained,
+            self.http_server_stopped_listening,
+            self.cleanup_finished,
+        )
+
+    def subscribe(self, listener: SignalListener) -> None:
+        """Call ``listener(name, time)`` on the firing thread each time a signal fires."""
+        self._listeners.append(listener)
+
+    def unsubscribe(self, listener: SignalListener) -> None:
+        """Stop calling ``listener`` (no error if it was not subscribed)."""
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
+    def _signal_fired(self, signal: LifecycleSignal) -> None:
+        """Each signal's ``on_fire``, on the firing thread: requests check again, log the line, tell subscribers."""
+        # After fired_at, never before: see refresh_unhindered.
+        self.unhindered = False
+        t0 = self.shutdown_initiated.fired_at
+        assert signal.fired_at is not None
+        if t0 is None:  # HasBeenReady, or a worker stopped by HUP, TTOU or recycling
+            logger.info("graceful: %s", signal.name)
+        else:
+            logger.info("graceful: %s (%.3fs after ShutdownInitiated)", signal.name, signal.fired_at - t0)
+        for listener in list(self._listeners):
+            listener(signal.name, signal.fired_at)
+
+    # -- start-up and fork -------------------------------------------------------
+
+    def run_post_start_hooks(self) -> None:
+        """Start the post-start hooks, concurrently; call once the listener is bound."""
+        with self._lock:
+            if self._post_start_batch is not None:
+                return
+            hooks = self.registry.close(POST_START_HOOK, "start-up has begun")
+            # Post-start hooks may take as long as they need; readiness waits.
+            self._post_start_batch = HookBatch(POST_START_HOOK, hooks, float("inf"), self.clock)
+        self._post_start_batch.start()
+
+    def post_start_status(self) -> dict[str, str | None]:
+        """Each post-start hook's state: ``None`` once it returned, else why it is not ready."""
+        batch = self._post_start_batch
+        names = [h.name for h in self.registry.hooks(POST_START_HOOK)]
+        if batch is None:
+            return {name: "not started" for name in names}
+        return {name: batch.pending_reason(name) for name in names}
+
+    def reinit_after_fork(self) -> None:
+        """Make the copy of this lifecycle in a forked child usable on its own.
+
+        A thread of the parent may have held one of our locks at the fork;
+        the child gets fresh ones. Gunicorn workers call this in ``post_fork``.
+        """
+        self._lock = threading.Lock()
+        self.registry.reinit_after_fork()
+        for signal in self.signals:
+            signal.reinit_after_fork()
+        # The parent's hook threads did not come along: the child starts with none.
+        self._driver = None
+        self._timeline_running = self._tail_started = self._listeners_closed = False
+        self._pre_batch = self._cleanup_batch = self._post_start_batch = None
+        self.report = ShutdownReport()
+
+
+class ServerAdapter(Protocol):
+    """The server-specific step the lifecycle cannot do itself."""
+
+    def stop_listening(self) -> None:
+        """Close the listeners: new connections are refused from now on. Called once."""
+
+
+class NullAdapter:
+    """An adapter for a lifecycle with no listeners of its own (tests, Gunicorn workers)."""
+
+    def stop_listening(self) -> None:
+        """Do nothing: someone else owns the listeners."""

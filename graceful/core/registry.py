@@ -27,6 +27,7 @@ __all__ = [
     "READINESS_CHECK",
     "DuplicateNameError",
     "PhaseStartedError",
+    "Registrations",
     "Registry",
 ]
 
@@ -106,3 +107,39 @@ class Registry:
         with self._lock:
             self._closed.setdefault(kind, phase)
             return list(self._hooks[kind].values())
+
+
+class Registrations:
+    """The five registration decorators, registering on the class's ``registry``.
+
+    Mixed into :class:`graceful.Lifecycle` (its own registry) and
+    ``graceful.flask.Graceful`` (its lifecycle's); ``graceful.pre_shutdown_hook``
+    and its siblings call the default lifecycle's. Each decorator returns the
+    function unchanged.
+    """
+
+    registry: Registry
+
+    def pre_shutdown_hook(self, name: str, timeout: float | None = None) -> Callable[[F], F]:
+        """Register a server-scope hook run once at ShutdownInitiated, alongside the delay.
+
+        Under Gunicorn these run in the master: register them where the master
+        sees them (the Gunicorn config, or the app module with ``preload_app``).
+        """
+        return self.registry.decorator(PRE_SHUTDOWN_HOOK, name, timeout)
+
+    def cleanup_task(self, name: str, timeout: float | None = None) -> Callable[[F], F]:
+        """Register a process-scope task run after the drain, before each serving process exits."""
+        return self.registry.decorator(CLEANUP_TASK, name, timeout)
+
+    def post_start_hook(self, name: str) -> Callable[[F], F]:
+        """Register a hook run once the listener is bound; ``/readyz`` fails until it returns."""
+        return self.registry.decorator(POST_START_HOOK, name)
+
+    def readiness_check(self, name: str) -> Callable[[F], F]:
+        """Register a ``/readyz`` and ``/healthz`` check: it passes unless it returns False or raises."""
+        return self.registry.decorator(READINESS_CHECK, name)
+
+    def liveness_check(self, name: str) -> Callable[[F], F]:
+        """Register a ``/livez`` and ``/healthz`` check: it passes unless it returns False or raises."""
+        return self.registry.decorator(LIVENESS_CHECK, name)

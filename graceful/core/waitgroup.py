@@ -5,12 +5,15 @@ that arrives after the drain began is refused instead of being silently missed.
 
 A ``collections.deque`` holds one token per unit of work; its ``append`` and
 ``pop`` are atomic C calls, so counting takes no lock. ``add`` returns the
-callable that ends its unit; calling it again does nothing, so a response
-closed twice cannot end another request's count. ``GracefulMiddleware``
-inlines ``add`` for every request and ends the count with the deque's own
-``pop`` (its response wrappers guard against a second close), so no Python
-code of ours runs at the end of a Flask request (see README, "Benchmarks").
-Such a release cannot wake a waiter, so ``wait`` looks at the count every
+callable that ends its unit (a :class:`Release`); calling it again does
+nothing, so a response closed twice cannot end another request's count.
+
+The request hot path (``GracefulMiddleware``, every request) uses the
+unchecked pair :attr:`SafeWaitGroup.enter` / :attr:`SafeWaitGroup.leave`
+instead: the deque's own ``append`` and ``pop``, so that no Python code of
+ours runs at the end of a Flask request (measured: each frame of ours costs
+several times its own weight inside Flask's; see bench/README.md). Such a
+release cannot wake a waiter, so ``wait`` looks at the count every
 :data:`POLL_INTERVAL` seconds; the drain ends at most that much after the
 last request. Every method is safe from any thread (under Gunicorn: a
 worker's request threads add and release; ``wait`` runs in the worker's
@@ -19,6 +22,7 @@ main thread from ``worker_exit``).
 
 from __future__ import annotations
 
+import functools
 import time
 from collections import deque
 from collections.abc import Callable
@@ -27,7 +31,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from graceful.core.clock import Waitable
 
-__all__ = ["POLL_INTERVAL", "SafeWaitGroup", "WaitGroupClosed"]
+__all__ = ["POLL_INTERVAL", "ClosesOnce", "Release", "SafeWaitGroup", "WaitGroupClosed"]
 
 #: Seconds between two looks at the count while ``wait`` waits.
 POLL_INTERVAL = 0.005
@@ -46,9 +50,15 @@ class SafeWaitGroup:
     """
 
     def __init__(self) -> None:
-        #: One token per unit in flight. GracefulMiddleware appends and pops directly.
         self._tokens: deque[None] = deque()
-        self._waiting = False
+        #: True once :meth:`wait` has been called; ``add`` raises from then on. Read it, never set it.
+        self.waiting = False
+        #: The hot path's unchecked ``add``: counts one unit. The caller must then read
+        #: :attr:`waiting` and, if it is set (the drain began), call :attr:`leave` at once
+        #: and refuse the work; otherwise exactly one ``leave()`` ends the unit later.
+        self.enter: Callable[[], None] = functools.partial(self._tokens.append, None)
+        #: Ends one unit counted by :attr:`enter`; the caller guarantees one call per unit.
+        self.leave: Callable[[], object] = self._tokens.pop
         self._emptied = _Emptied(self._tokens)
 
     @property
@@ -56,21 +66,16 @@ class SafeWaitGroup:
         """The number of units added and not yet released."""
         return len(self._tokens)
 
-    @property
-    def waiting(self) -> bool:
-        """True once :meth:`wait` has been called; ``add`` raises from then on."""
-        return self._waiting
-
     def add(self) -> Callable[[], None]:
         """Count one unit of work and return its release; raise :class:`WaitGroupClosed` if waiting began."""
         self._tokens.append(None)
         # Checked after the append: a waiter that set the flag before our append
         # is seen here, one that sets it after sees our token. Either way
         # nothing slips past the drain.
-        if self._waiting:
+        if self.waiting:
             self._tokens.pop()
             raise WaitGroupClosed("wait group is draining: no new work accepted")
-        return _Once(self._tokens.pop)
+        return Release(self._tokens.pop)
 
     def wait(
         self,
@@ -83,24 +88,52 @@ class SafeWaitGroup:
         example with a longer timeout); ``add`` stays refused. ``waiter`` is a
         clock's ``wait`` (tests pass a fake clock's).
         """
-        self._waiting = True
+        self.waiting = True
         if waiter is None:
             return self._emptied.wait(max(0.0, timeout))
         return waiter(self._emptied, timeout)
 
 
-class _Once:
-    """A release that pops its token on the first call only."""
+class ClosesOnce:
+    """Mixin: ``close()`` runs ``_before`` (if any), then ``_release``, the first time only.
 
-    __slots__ = ("_pop",)
+    Later calls do nothing, so a response that a server closes twice ends its
+    request's count once, and never another request's. Slot-less, so a
+    ``list`` or ``itertools.chain`` subclass can mix it in (the middleware's
+    response wrappers do); the class that mixes it in provides the two
+    attributes, ``_before`` as a class attribute ``None`` where it has none.
+    """
 
-    def __init__(self, pop: Callable[[], object]) -> None:
-        self._pop: Callable[[], object] | None = pop
+    __slots__ = ()
+    _before: Callable[[], object] | None
+    _release: Callable[[], object] | None
+
+    def close(self) -> None:
+        """Run ``_before`` then ``_release``, once; ``_release`` runs even when ``_before`` raises."""
+        release = self._release
+        if release is None:
+            return
+        self._release = None  # type: ignore[misc]  # the class that mixes this in has the slot
+        try:
+            before = self._before
+            if before is not None:
+                before()
+        finally:
+            release()
+
+
+class Release(ClosesOnce):
+    """A callable that ends one unit once: ``before()`` first (when given), then ``release()``."""
+
+    __slots__ = ("_before", "_release")
+
+    def __init__(self, release: Callable[[], object], before: Callable[[], object] | None = None) -> None:
+        self._release = release
+        self._before = before
 
     def __call__(self) -> None:
-        pop, self._pop = self._pop, None
-        if pop is not None:
-            pop()
+        """The same as :meth:`close`."""
+        self.close()
 
 
 class _Emptied:

@@ -46,26 +46,7 @@ except (ConfigError, ImproperlyConfigured) as _error:
     sys.exit(f"graceful: {_error}")
 
 # Only now: graceful.gunicorn.hooks derives graceful_timeout from the config when imported.
-from graceful.gunicorn.hooks import (
-    graceful_timeout,
-    on_exit,
-    on_reload,
-    on_starting,
-    post_fork,
-    post_worker_init,
-    pre_request,
-    when_ready,
-    worker_exit,
-)
+from graceful.gunicorn import hooks as _hooks
+from graceful.gunicorn.hooks import *  # noqa: F403 -- Gunicorn looks the hooks up by name in this module
 
-__all__ = [
-    "graceful_timeout",
-    "on_exit",
-    "on_reload",
-    "on_starting",
-    "post_fork",
-    "post_worker_init",
-    "pre_request",
-    "when_ready",
-    "worker_exit",
-]
+__all__ = _hooks.__all__

@@ -1,42 +1,32 @@
-"""Gunicorn config that gives any WSGI app graceful's whole shutdown timeline.
+"""The Gunicorn server hooks graceful uses; ``graceful/conf.py`` is their public path.
 
-Use it as it is::
+Every function here is a Gunicorn server hook, and each docstring says where
+Gunicorn runs it: the master (``on_starting``, ``when_ready``, ``on_reload``,
+``on_exit``) hands to :mod:`graceful.gunicorn.master`; a worker
+(``post_fork``, ``post_worker_init``, ``pre_request``, ``worker_exit``) to
+:mod:`graceful.gunicorn.worker`. A config that defines one of them itself
+calls ours from it (``graceful.conf.post_fork(server, worker)``).
 
-    gunicorn -c graceful/conf.py app:app        # a path (re-executed on HUP)
-    gunicorn -c python:graceful.conf app:app    # an installed module
-
-or compose it with your own config file::
-
-    from graceful.conf import *          # the hooks and graceful_timeout below
-    import graceful
-
-    @graceful.pre_shutdown_hook("deregister", timeout=3)
-    def deregister(): ...                # runs once, in the master, at SIGTERM
-
-If your config defines one of the hooks below itself, call ours from it
-(``graceful.conf.post_fork(server, worker)``). Settings come from
-``GRACEFUL_*`` environment variables (see ``graceful.core.config``); a bad one
-stops Gunicorn at start-up with a message naming it.
-
-``graceful_timeout`` is derived (drain_timeout + hook_timeout + 1 s) unless
-you set it; a value that cannot fit the drain and cleanup, or that pushes
-the shutdown past GRACEFUL_GRACE_PERIOD, is refused at start-up.
-
-Every function here is a Gunicorn server hook; each docstring says where
-Gunicorn runs it.
+Settings come from ``GRACEFUL_*`` environment variables (see
+``graceful.core.config``), read when this module is imported; a bad one stops
+Gunicorn at start-up with a message naming it. ``graceful_timeout`` is
+derived (drain_timeout + hook_timeout + 1 s, :mod:`graceful.core.budget`)
+unless the user sets it; a value that cannot fit the drain and cleanup, or
+that pushes the shutdown past GRACEFUL_GRACE_PERIOD, is refused at start-up.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-import math
 import sys
 from typing import Any
 
-from graceful.core.config import BUDGET_MARGIN, ConfigError
+from graceful.core.budget import derived_graceful_timeout, graceful_timeout_problem
+from graceful.core.config import ConfigError
 from graceful.core.default import default_lifecycle
 from graceful.gunicorn.master import MasterShutdown
-from graceful.gunicorn.worker import WorkerShutdown, check_graceful_timeout
+from graceful.gunicorn.worker import WorkerShutdown
 
 __all__ = [
     "graceful_timeout",
@@ -57,7 +47,7 @@ except ConfigError as _error:
     sys.exit(f"graceful: {_error}")
 
 #: Gunicorn's setting: how long the master waits for workers to drain and clean up.
-graceful_timeout = math.ceil(_config.drain_timeout + _config.hook_timeout + BUDGET_MARGIN)
+graceful_timeout = derived_graceful_timeout(_config.drain_timeout, _config.hook_timeout)
 
 
 def _check_settings(server: Any) -> None:
@@ -65,20 +55,21 @@ def _check_settings(server: Any) -> None:
     lifecycle = default_lifecycle
     config = lifecycle.config
     chosen = float(server.cfg.graceful_timeout)
-    first_half = max(config.shutdown_delay, lifecycle.longest_pre_shutdown_timeout())
     try:
         lifecycle.check_budget()
     except ConfigError as exc:
         raise RuntimeError(f"graceful: {exc}") from None
     # Cleanup tasks the app registers later get hook_timeout unless they say otherwise.
     cleanup = max(lifecycle.longest_cleanup_timeout(), config.hook_timeout)
-    check_graceful_timeout(chosen, config.drain_timeout, cleanup)
-    if first_half + chosen > config.grace_period:
-        raise RuntimeError(
-            f"graceful: max(shutdown_delay, longest pre-shutdown hook) {first_half:g}s + Gunicorn's"
-            f" graceful_timeout {chosen:g}s = {first_half + chosen:g}s > GRACEFUL_GRACE_PERIOD"
-            f" {config.grace_period:g}s: lower graceful_timeout (or leave it unset) or raise the grace period"
-        )
+    problem = graceful_timeout_problem(chosen, config.drain_timeout, cleanup)
+    # Every pre-shutdown hook is registered by now (the config file, or the app with
+    # preload_app; workers refuse them): Gunicorn's wait starts after those that are.
+    registered = dataclasses.replace(
+        lifecycle.budget(), longest_pre_shutdown_hook=lifecycle.longest_pre_shutdown_timeout()
+    )
+    problem = problem or registered.graceful_timeout_overrun(chosen, config.grace_period)
+    if problem is not None:
+        raise RuntimeError(problem)
 
 
 def _log_to_gunicorn(server: Any) -> None:

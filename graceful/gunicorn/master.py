@@ -32,7 +32,7 @@ from typing import Any
 
 from gunicorn import systemd
 
-from graceful.core.config import BUDGET_MARGIN
+from graceful.core.budget import seconds_left
 from graceful.core.lifecycle import Lifecycle
 from graceful.gunicorn.shared import SharedState
 from graceful.process.exit import exit_process
@@ -201,11 +201,8 @@ class MasterShutdown:
 
     def _remaining_budget(self, cap: float) -> float:
         """Seconds left (at most ``cap``) before the grace period, less the margin, runs out."""
-        t0 = self.lifecycle.shutdown_initiated.fired_at
-        if t0 is None:
-            return cap
-        left = t0 + self.lifecycle.config.grace_period - BUDGET_MARGIN - time.monotonic()
-        return max(0.0, min(cap, left))
+        lifecycle = self.lifecycle
+        return seconds_left(lifecycle.shutdown_initiated.fired_at, lifecycle.config.grace_period, time.monotonic(), cap)
 
     def _hand_over(self) -> None:
         """Queue a TERM into Gunicorn's signal queue: its main loop wakes and stops."""

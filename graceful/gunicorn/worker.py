@@ -32,6 +32,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
+from graceful.core.budget import graceful_timeout_problem
 from graceful.core.lifecycle import Lifecycle, NullAdapter, SignalListener
 from graceful.core.registry import PRE_SHUTDOWN_HOOK
 from graceful.gunicorn.shared import SharedState
@@ -44,7 +45,7 @@ QUEUE_DRAIN_TIMEOUT = 5.0
 #: accepted send their request before it reports (a client sends at once).
 ACCEPTED_SETTLE = 0.05
 
-__all__ = ["WorkerShutdown", "check_graceful_timeout"]
+__all__ = ["WorkerShutdown"]
 
 logger = logging.getLogger(__name__)
 
@@ -74,21 +75,6 @@ def _stop_accepting(worker: Any) -> None:
             with contextlib.suppress(KeyError, ValueError, OSError):  # not registered, or closed
                 poller.unregister(sock)
     time.sleep(ACCEPTED_SETTLE)
-
-
-def check_graceful_timeout(graceful_timeout: float, drain_timeout: float, longest_cleanup: float) -> None:
-    """Raise RuntimeError (Gunicorn prints it) when the master would kill a worker mid-drain or mid-cleanup.
-
-    The master checks at start-up with the tasks it can see; each worker checks
-    again once its app has registered its own.
-    """
-    needed = drain_timeout + longest_cleanup
-    if graceful_timeout < needed:
-        raise RuntimeError(
-            f"graceful: Gunicorn's graceful_timeout {graceful_timeout:g}s is shorter than drain_timeout"
-            f" {drain_timeout:g}s + longest cleanup task {longest_cleanup:g}s = {needed:g}s: workers would be"
-            " killed mid-drain; raise graceful_timeout (or leave it unset) or lower them"
-        )
 
 
 class WorkerShutdown:
@@ -126,9 +112,12 @@ class WorkerShutdown:
         """``post_worker_init``: check the budget, wrap the app, start hooks and the watch thread."""
         lifecycle = self.lifecycle
         lifecycle.check_budget()
-        check_graceful_timeout(
+        # The master checked with the cleanup tasks it could see; the app has registered its own now.
+        problem = graceful_timeout_problem(
             self.graceful_timeout, lifecycle.config.drain_timeout, lifecycle.longest_cleanup_timeout()
         )
+        if problem is not None:
+            raise RuntimeError(problem)
         self.worker.wsgi = GracefulMiddleware(self.worker.wsgi, lifecycle)
         self._guard_accept()
         self._record_term()

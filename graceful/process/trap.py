@@ -7,7 +7,7 @@ calls ``on_first`` (normally ``Lifecycle.request_shutdown``), a second one logs
 (best effort) and ends the process with status 1 at once.
 
 Used by the single-process server (``graceful serve``); under Gunicorn the
-master's own signal loop plays this part (graceful.gunicorn).
+master's own signal loop plays this part (graceful.gunicorn.master).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ import logging
 import socket
 import time
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from werkzeug.exceptions import InternalServerError
 from werkzeug.serving import WSGIRequestHandler
@@ -29,14 +29,14 @@ from graceful.serve.loading import ADMITTED_KEY
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
-    from _typeshed.wsgi import InputStream, WSGIEnvironment
+    from _typeshed.wsgi import InputStream, WSGIApplication, WSGIEnvironment
+    from werkzeug.serving import BaseWSGIServer
 
-    from graceful.serve.server import GracefulServer
+    from graceful.core.lifecycle import Lifecycle
 
-__all__ = ["IO_TIMEOUT", "Connection", "RequestHandler"]
+__all__ = ["IO_TIMEOUT", "Connection", "ConnectionOwner", "RequestHandler"]
 
-# The server's logger: records keep the name they had before this module was split out.
-logger = logging.getLogger("graceful.serve.server")
+logger = logging.getLogger(__name__)
 _access_log = logging.getLogger("graceful.access")
 
 # Seconds a socket operation may block while a request is read or written, and
@@ -214,6 +214,25 @@ class _Response:
         self.headers_sent = True
 
 
+class ConnectionOwner(Protocol):
+    """What a connection's request handler needs of its server (``GracefulServer`` has it).
+
+    Read on the request's ``graceful-worker-N`` thread; ``settle`` is safe from any thread.
+    """
+
+    app: WSGIApplication
+    lifecycle: Lifecycle
+    #: False: no access log lines.
+    access_log: bool
+    #: Seconds an idle connection stays open; 0: close after every response.
+    keep_alive: float
+    #: True once the server is closing: every connection closes after its response.
+    closing: bool
+
+    def settle(self, conn: Connection) -> None:
+        """The request on ``conn`` was admitted by the middleware, or ended: the stop need not wait for it."""
+
+
 class RequestHandler(WSGIRequestHandler):
     """Serves exactly one request of a connection; the server decides what the connection does next.
 
@@ -225,10 +244,12 @@ class RequestHandler(WSGIRequestHandler):
     """
 
     protocol_version = "HTTP/1.1"
-    server: GracefulServer
 
-    def __init__(self, conn: Connection, server: GracefulServer) -> None:
+    def __init__(self, conn: Connection, server: BaseWSGIServer, owner: ConnectionOwner) -> None:
+        # ``server`` is what Werkzeug's parsing reads; ``owner`` (the same GracefulServer) is
+        # what this module reads: the seam that keeps it from importing the server.
         self.conn = conn
+        self.owner = owner
         self._body: _Body | None = None
         super().__init__(conn.sock, conn.address, server)
 
@@ -262,7 +283,7 @@ class RequestHandler(WSGIRequestHandler):
 
     def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
         """One access-log line on the ``graceful.access`` logger (plain text), unless the server has it off."""
-        if self.server.access_log:
+        if self.owner.access_log:
             _access_log.info('%s "%s" %s %s', self.address_string(), self.requestline, code, size)
 
     def should_close(self) -> bool:
@@ -271,9 +292,9 @@ class RequestHandler(WSGIRequestHandler):
         return (
             self.close_connection
             or self.request_version != "HTTP/1.1"
-            or self.server.keep_alive <= 0
-            or self.server.lifecycle.shutdown_initiated.is_set()
-            or self.server.closing
+            or self.owner.keep_alive <= 0
+            or self.owner.lifecycle.shutdown_initiated.is_set()
+            or self.owner.closing
             or body is None
             or body.remaining > _DISCARD_LIMIT
         )
@@ -286,7 +307,7 @@ class RequestHandler(WSGIRequestHandler):
         environ[ADMITTED_KEY] = self._admitted
         response = _Response(self, environ)
         try:
-            result = self.server.app(environ, response.start_response)
+            result = self.owner.app(environ, response.start_response)
             try:
                 response.send(result)
             finally:
@@ -305,7 +326,7 @@ class RequestHandler(WSGIRequestHandler):
         self._drain_body(environ["wsgi.input"])
 
     def _admitted(self) -> None:
-        self.server.settle(self.conn)
+        self.owner.settle(self.conn)
 
     def _set_body(self, environ: WSGIEnvironment) -> bool:
         """Give the app a ``wsgi.input`` that ends where the body does; False after a 400."""

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 __all__ = ["ADMITTED_KEY", "AppImportError", "load_app", "wrap_app"]
 
 #: environ key: called when the request reaches the app (past the middleware's admission).
-ADMITTED_KEY = "graceful.serve.server.admitted"
+ADMITTED_KEY = "graceful.server.admitted"
 
 
 class AppImportError(ValueError):

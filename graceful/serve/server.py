@@ -299,7 +299,7 @@ class GracefulServer(BaseWSGIServer):
             keep = False
             try:
                 conn.sock.settimeout(IO_TIMEOUT)
-                keep = not RequestHandler(conn, self).close_connection
+                keep = not RequestHandler(conn, self, self).close_connection
             except Exception:
                 logger.exception("graceful: error serving a connection from %s", conn.address)
             finally:

@@ -1,5 +1,13 @@
 """WSGI middleware: health endpoints, admission during shutdown, and the in-flight count.
 
+This module is the request hot path: every request runs
+:meth:`GracefulMiddleware.__call__`. Its tricks live here and nowhere else,
+each with its reason: the wait group's unchecked ``enter``/``leave`` pair,
+the lifecycle's ``unhindered`` flag, joining Werkzeug's close callbacks, and
+keeping the server's ``wsgi.file_wrapper``. What is not on the hot path is
+apart: the health paths (:mod:`.probes`), graceful's own answers
+(:mod:`.replies`), long-running requests (:mod:`.long_running`).
+
 What happens to one request, in order::
 
     /livez /readyz /healthz          answered here (graceful.wsgi.health), GET and HEAD
@@ -28,7 +36,7 @@ WSGI environ keys set on every request the app sees:
     ``threading.Event`` (``lifecycle.not_accepting_new_requests.event``), set
     at ``NotAcceptingNewRequests``. Long-running handlers (streams, web
     sockets, long polls) wait on it, or poll it, to end early.
-``graceful.core.lifecycle``
+``graceful.lifecycle``
     the :class:`graceful.Lifecycle` serving this request.
 
 Wrapped twice with one lifecycle (the Gunicorn worker integration wraps
@@ -38,7 +46,7 @@ timeouts) are the app's own: an outer middleware that finds one of its
 lifecycle inside the app at construction (through ``wsgi_app`` and ``app``
 attributes, as Flask and Werkzeug's middlewares keep them) passes every
 request straight through. One it cannot find is noticed per request: the
-inner one then sees ``graceful.core.lifecycle`` already set and passes through.
+inner one then sees ``graceful.lifecycle`` already set and passes through.
 
 The response iterable: the app's own is wrapped in a small object whose
 ``close()`` calls the app's ``close()`` exactly once and then ends the
@@ -51,8 +59,11 @@ request's count, however often the server calls it. Two exceptions:
   the request. Should one of the app's callbacks raise, werkzeug stops
   there: the request stays counted and the drain waits out its
   ``drain_timeout`` (it loses nothing; the error reaches the server's log).
-  A werkzeug release that kept its callbacks otherwise would merely get the
-  wrapper.
+  This rests on werkzeug's internals, so it is checked by behaviour, once,
+  at the first such response: a throwaway ``ClosingIterator`` must run an
+  appended callback on ``close()``, and only once on a second ``close()``.
+  A werkzeug release that fails that gets the wrapper, with one warning
+  naming its version.
 - The server's ``sendfile`` fast path: when the app returns an instance of
   the server's ``environ["wsgi.file_wrapper"]`` class (Gunicorn's and
   wsgiref's are such classes; the class is read from the first request's
@@ -64,10 +75,11 @@ A list response is copied into a list subclass, so ``len()`` still works
 (wsgiref sets ``Content-Length`` from it).
 
 Cost per request: a ``PATH_INFO`` lookup, two environ writes, one flag
-(``Lifecycle.refresh_unhindered``: NotAcceptingNewRequests has not fired and
-there is no ``max_in_flight``, so nothing else to check), a token appended
-to and popped from the wait group's deque, and one small object or two
-callbacks (``python bench/middleware.py`` measures it). Thread-safe; under
+(``Lifecycle.unhindered``: NotAcceptingNewRequests has not fired and there
+is no ``max_in_flight``, so nothing else to check), a token appended to and
+popped from the wait group's deque (``SafeWaitGroup.enter``/``leave``), and
+one small object or two callbacks (``python bench/middleware.py`` measures
+it). Thread-safe; under
 Gunicorn every worker process wraps its own copy of the app and counts its
 own requests.
 """
@@ -78,14 +90,18 @@ import itertools
 import logging
 import sys
 from collections.abc import Callable, Iterable
+from importlib import metadata
 from types import MethodType
 from typing import TYPE_CHECKING
 
 from graceful.core import default as _default
 from graceful.core.admission import AdmissionLimit
 from graceful.core.lifecycle import Lifecycle
-from graceful.core.waitgroup import WaitGroupClosed
-from graceful.wsgi.health import DEFAULT_CHECK_TIMEOUT, ENDPOINTS, HealthChecks, HealthResponse
+from graceful.core.waitgroup import ClosesOnce, Release, WaitGroupClosed
+from graceful.wsgi.health import DEFAULT_CHECK_TIMEOUT, HealthChecks
+from graceful.wsgi.long_running import LongRunning, is_long_running, path_prefixes
+from graceful.wsgi.probes import CHECK_PREFIXES, ROOT_PATHS, answer_probe
+from graceful.wsgi.replies import SHUTTING_DOWN, TOO_MANY, reply
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
@@ -105,94 +121,68 @@ logger = logging.getLogger(__name__)
 #: environ key: the ``threading.Event`` set at NotAcceptingNewRequests.
 SHUTTING_DOWN_KEY = "graceful.shutting_down"
 #: environ key: the :class:`graceful.Lifecycle` serving the request.
-LIFECYCLE_KEY = "graceful.core.lifecycle"
+LIFECYCLE_KEY = "graceful.lifecycle"
 
-#: Tells whether a request is long-running (not counted in the drain, no admission limit).
-LongRunning = Callable[["WSGIEnvironment"], bool]
-
-_ROOT_PATHS = {f"/{endpoint}": endpoint for endpoint in ENDPOINTS}
-_CHECK_PREFIXES = tuple(f"/{endpoint}/" for endpoint in ENDPOINTS)
-_STATUS = {
-    200: "200 OK",
-    404: "404 Not Found",
-    405: "405 Method Not Allowed",
-    429: "429 Too Many Requests",
-    500: "500 Internal Server Error",
-    503: "503 Service Unavailable",
-}
+_UNSEEN = object()  # GracefulMiddleware._file_wrapper and _closing_iterator before the first response
 
 
 def _werkzeug_closing_iterator() -> type | None:
-    """Werkzeug's ClosingIterator, if werkzeug is loaded and keeps close callbacks in a list ``_callbacks``.
+    """Werkzeug's ClosingIterator, if werkzeug is loaded and its close callbacks behave as the hot path needs.
 
     Looked up, not imported: an app that does not use werkzeug returns none
     of its responses, and a Gunicorn worker should not load werkzeug (and
-    tear it down at exit) for nothing.
+    tear it down at exit) for nothing. Checked by behaviour on a throwaway
+    iterator, exactly as the hot path joins a response: a callback appended
+    to ``_callbacks`` must run on ``close()``, the list's own ``clear``
+    appended after it must keep a second ``close()`` from running it again.
     """
-    cls = getattr(sys.modules.get("werkzeug.wsgi"), "ClosingIterator", None)
+    module = sys.modules.get("werkzeug.wsgi")
+    cls = getattr(module, "ClosingIterator", None)
     if not isinstance(cls, type):
         return None
+    ran: list[None] = []
     try:
-        callbacks = getattr(cls(()), "_callbacks", None)
-    except TypeError:  # a werkzeug whose ClosingIterator we do not know: its responses get the wrapper
-        return None
-    return cls if type(callbacks) is list else None
+        probe = cls(())
+        callbacks = getattr(probe, "_callbacks", None)
+        if type(callbacks) is not list:
+            raise TypeError("no list of close callbacks")
+        callbacks.append(lambda: ran.append(None))
+        callbacks.append(callbacks.clear)
+        probe.close()
+        probe.close()
+    except Exception as exc:  # noqa: BLE001 (logged below): a werkzeug we do not know gets the wrapper
+        problem = f"{type(exc).__name__}: {exc}"
+    else:
+        if len(ran) == 1:
+            return cls
+        problem = f"an appended close callback ran {len(ran)} times, not once"
+    logger.warning(
+        "graceful: werkzeug %s: its ClosingIterator does not behave as graceful's fast path needs (%s);"
+        " Flask and Werkzeug responses get the generic wrapper",
+        _werkzeug_version(),
+        problem,
+    )
+    return None
 
 
-_UNSEEN = object()  # GracefulMiddleware._file_wrapper and _closing_iterator before the first response
-_SHUTTING_DOWN = b"The server is shutting down, please try again later.\n"
-_TOO_MANY = b"Too many requests, please try again later.\n"
-_NOT_ALLOWED = b"Method not allowed: health endpoints answer GET and HEAD.\n"
+def _werkzeug_version() -> str:
+    try:
+        return metadata.version("werkzeug")
+    except metadata.PackageNotFoundError:
+        return "(version unknown)"
 
 
-def path_prefixes(*prefixes: str) -> LongRunning:
-    """Build a ``long_running`` predicate that matches requests under any of these paths.
-
-    Matching is by whole path segments on ``PATH_INFO``: ``path_prefixes("/stream")``
-    matches ``/stream`` and ``/stream/news`` but not ``/streams``. Raises
-    ``ValueError`` unless every prefix is a string starting with ``/``.
-    """
-    if not prefixes:
-        raise ValueError("path_prefixes() needs at least one prefix, such as '/stream'")
-    for prefix in prefixes:
-        if not isinstance(prefix, str) or not prefix.startswith("/"):
-            raise ValueError(f"a path prefix must be a string starting with '/', got {prefix!r}")
-    exact = frozenset(prefix.rstrip("/") for prefix in prefixes)
-    under = tuple(prefix.rstrip("/") + "/" for prefix in prefixes)
-
-    def long_running(environ: WSGIEnvironment) -> bool:
-        path = environ.get("PATH_INFO")
-        return isinstance(path, str) and (path in exact or path.startswith(under))
-
-    return long_running
-
-
-class _InFlightResponse(itertools.chain[bytes]):
+class _InFlightResponse(ClosesOnce, itertools.chain[bytes]):
     """The app's response iterable; ``close()`` closes it once, then ends the request's count.
 
     A one-iterable ``itertools.chain``, so iterating it runs no Python code;
-    built by :func:`_wrap` (``_InFlightResponse(it)``, then ``_iterable`` and ``_release``).
+    built by :func:`_wrap`.
     """
 
-    __slots__ = ("_iterable", "_release")
-    _iterable: Iterable[bytes]
-    _release: Callable[[], None] | None
-
-    def close(self) -> None:
-        """Call the app's ``close()`` (if any), then release; later calls do nothing."""
-        release = self._release
-        if release is None:
-            return
-        self._release = None
-        try:
-            close = getattr(self._iterable, "close", None)
-            if close is not None:
-                close()
-        finally:
-            release()
+    __slots__ = ("_before", "_release")
 
 
-class _InFlightList(list[bytes]):
+class _InFlightList(ClosesOnce, list[bytes]):
     """A list response, copied: iterated and measured (``len``) at C speed; ``close()`` releases once.
 
     Servers may look at ``len()`` of a list (wsgiref sets ``Content-Length``
@@ -200,18 +190,10 @@ class _InFlightList(list[bytes]):
     """
 
     __slots__ = ("_release",)
-    _release: Callable[[], None] | None
-
-    def close(self) -> None:
-        """Release; later calls do nothing (a list has no ``close()`` of its own)."""
-        release = self._release
-        if release is None:
-            return
-        self._release = None
-        release()
+    _before = None  # a list has no close() of its own
 
 
-def _in_flight(result: Iterable[bytes], release: Callable[[], None], environ: WSGIEnvironment) -> Iterable[bytes]:
+def _in_flight(result: Iterable[bytes], release: Callable[[], object], environ: WSGIEnvironment) -> Iterable[bytes]:
     """Return the response the server gets: ``result`` with a ``close()`` that also releases."""
     kind = type(result)
     if kind is list:
@@ -223,48 +205,11 @@ def _in_flight(result: Iterable[bytes], release: Callable[[], None], environ: WS
     return _wrap(result, release)
 
 
-def _wrap(result: Iterable[bytes], release: Callable[[], None]) -> _InFlightResponse:
+def _wrap(result: Iterable[bytes], release: Callable[[], object]) -> _InFlightResponse:
     response = _InFlightResponse(result)
-    response._iterable = result
+    response._before = getattr(result, "close", None)
     response._release = release
     return response
-
-
-class _CloseThenRelease:
-    """Replaces a ``wsgi.file_wrapper`` object's ``close``, so the server keeps using sendfile."""
-
-    __slots__ = ("_close", "_release")
-
-    def __init__(self, close: Callable[[], object] | None, release: Callable[[], None]) -> None:
-        self._close = close
-        self._release: Callable[[], None] | None = release
-
-    def __call__(self) -> None:
-        release = self._release
-        if release is None:
-            return
-        self._release = None
-        try:
-            if self._close is not None:
-                self._close()
-        finally:
-            release()
-
-
-class _ReleaseBoth:
-    """Ends the in-flight count, then frees the admission slot (``max_in_flight`` on)."""
-
-    __slots__ = ("_admission", "_done")
-
-    def __init__(self, done: Callable[[], None], admission: AdmissionLimit) -> None:
-        self._done = done
-        self._admission = admission
-
-    def __call__(self) -> None:
-        try:
-            self._done()
-        finally:
-            self._admission.release()
 
 
 class GracefulMiddleware:
@@ -279,8 +224,9 @@ class GracefulMiddleware:
 
     The lifecycle's config is read when a request needs it, never here, so a
     config set after wrapping (``lifecycle.configure``) is the one in force.
-    Thread-safe. Exceptions from the app propagate (its count ended); the
-    middleware itself raises for no request, whatever its environ holds.
+    Thread-safe (under Gunicorn: a worker's request threads call it at once).
+    Exceptions from the app propagate (its count ended); the middleware
+    itself raises for no request, whatever its environ holds.
     """
 
     def __init__(
@@ -308,10 +254,11 @@ class GracefulMiddleware:
         self._not_accepting = self.lifecycle.not_accepting_new_requests
         self._shutting_down = self._not_accepting.event
         self._in_flight = in_flight = self.lifecycle.in_flight
-        # The wait group's deque, for the hot path: one token per request. Every response
-        # wrapper below calls its release once, however often it is closed.
-        self._enter = in_flight._tokens.append
-        self._leave = in_flight._tokens.pop
+        # The wait group's unchecked pair, one token per request: a bound C call each, where
+        # add() and its Release would cost two Python frames. Every response below ends
+        # its count once, however often it is closed.
+        self._enter = in_flight.enter
+        self._leave = in_flight.leave
 
     def __repr__(self) -> str:
         return f"<GracefulMiddleware app={self.app!r} lifecycle={self.lifecycle!r}>"
@@ -325,25 +272,25 @@ class GracefulMiddleware:
         environ[SHUTTING_DOWN_KEY] = self._shutting_down
         try:
             path = environ["PATH_INFO"]
-            # Every health path has a "z", few others do: one quick test for the rest.
-            health = "z" in path and (path in _ROOT_PATHS or path.startswith(_CHECK_PREFIXES))
+            # probes.is_probe_path(), inlined: every health path has a "z", few others do.
+            health = "z" in path and (path in ROOT_PATHS or path.startswith(CHECK_PREFIXES))
         except (KeyError, TypeError):  # no PATH_INFO, or no string (the server's bug): no health path
             health = False
         if health:
-            return self._health(environ, start_response, path)
-        if not lifecycle._unhindered:
+            return answer_probe(self.health, environ, start_response, path)
+        if not lifecycle.unhindered:
             # Shutting down, or a max_in_flight: the checks (set back when there is nothing to check).
             answer = self._hindered(environ, start_response)
             if answer is not None:
                 return answer
         long_running = self.long_running
-        if long_running is not None and self._is_long_running(long_running, environ):
+        if long_running is not None and is_long_running(long_running, environ):
             return self.app(environ, start_response)
-        # SafeWaitGroup.add(), inlined: a token, unless the drain has begun.
-        self._enter(None)
-        if self._in_flight._waiting:
+        # SafeWaitGroup.add(), unchecked: a token, then refused if the drain has begun.
+        self._enter()
+        if self._in_flight.waiting:
             self._leave()
-            return _reply(environ, start_response, 503, _SHUTTING_DOWN, "1")
+            return reply(environ, start_response, 503, SHUTTING_DOWN, "1")
         try:
             result = self.app(environ, start_response)
         except BaseException:
@@ -366,7 +313,7 @@ class GracefulMiddleware:
         if self._file_wrapper is _UNSEEN:
             return self._first_response(result, self._leave, environ)
         response = _InFlightResponse(result)
-        response._iterable = result
+        response._before = getattr(result, "close", None)
         response._release = self._leave
         return response
 
@@ -375,14 +322,14 @@ class GracefulMiddleware:
         lifecycle = self.lifecycle
         stopped = self._not_accepting.fired_at is not None
         if stopped and lifecycle.config.send_retry_after:
-            return _reply(environ, start_response, 429, _SHUTTING_DOWN, str(lifecycle.config.retry_after))
+            return reply(environ, start_response, 429, SHUTTING_DOWN, str(lifecycle.config.retry_after))
         admission = lifecycle.admission
         if not admission.limit:
             if not stopped:  # nothing to check: let the next requests skip this
                 lifecycle.refresh_unhindered()
             return None
         long_running = self.long_running
-        if long_running is not None and self._is_long_running(long_running, environ):
+        if long_running is not None and is_long_running(long_running, environ):
             return self.app(environ, start_response)
         return self._call_limited(environ, start_response, admission)
 
@@ -391,13 +338,14 @@ class GracefulMiddleware:
     ) -> Iterable[bytes]:
         """The counted path with ``max_in_flight`` on: a slot from admission to close()."""
         if not admission.try_acquire():
-            return _reply(environ, start_response, 429, _TOO_MANY, "1")
+            return reply(environ, start_response, 429, TOO_MANY, "1")
         try:
             done = self._in_flight.add()
         except WaitGroupClosed:
             admission.release()
-            return _reply(environ, start_response, 503, _SHUTTING_DOWN, "1")
-        release = _ReleaseBoth(done, admission)
+            return reply(environ, start_response, 503, SHUTTING_DOWN, "1")
+        # End the count, then free the slot.
+        release = Release(admission.release, before=done)
         try:
             result = self.app(environ, start_response)
         except BaseException:
@@ -406,7 +354,7 @@ class GracefulMiddleware:
         return _in_flight(result, release, environ)
 
     def _first_response(
-        self, result: Iterable[bytes], release: Callable[[], None], environ: WSGIEnvironment
+        self, result: Iterable[bytes], release: Callable[[], object], environ: WSGIEnvironment
     ) -> Iterable[bytes]:
         """Remember the server's file_wrapper class and werkzeug's, then wrap the first non-list response."""
         self._file_wrapper = environ.get("wsgi.file_wrapper")
@@ -414,31 +362,6 @@ class GracefulMiddleware:
         if type(result) is self._closing_iterator:
             return _join_close_callbacks(result, release)
         return _in_flight(result, release, environ)
-
-    @staticmethod
-    def _is_long_running(long_running: LongRunning, environ: WSGIEnvironment) -> bool:
-        try:
-            return bool(long_running(environ))
-        except Exception:
-            logger.exception("graceful: the long_running predicate raised; counting the request as usual")
-            return False
-
-    def _health(self, environ: WSGIEnvironment, start_response: StartResponse, path: str) -> Iterable[bytes]:
-        """Answer a health path; anything unexpected becomes a logged 500, never an exception."""
-        try:
-            endpoint = _ROOT_PATHS.get(path)
-            check = None
-            if endpoint is None:
-                endpoint, _, check = path[1:].partition("/")
-            if environ.get("REQUEST_METHOD") not in ("GET", "HEAD"):
-                return _reply(environ, start_response, 405, _NOT_ALLOWED, allow="GET, HEAD")
-            query = environ.get("QUERY_STRING")
-            response = self.health.respond(endpoint, check, query if isinstance(query, str) else "")
-        except Exception:
-            logger.exception("graceful: health endpoint %r failed", path)
-            response = HealthResponse(500, "internal error\n")
-        body = response.body.encode("utf-8", "replace")
-        return _reply(environ, start_response, response.status, body)
 
 
 def find_middleware(app: object, lifecycle: Lifecycle | None = None) -> GracefulMiddleware | None:
@@ -475,7 +398,7 @@ def as_middleware(node: object) -> GracefulMiddleware | None:
     return node if isinstance(node, GracefulMiddleware) else None
 
 
-def _join_close_callbacks(result: Iterable[bytes], release: Callable[[], None]) -> Iterable[bytes]:
+def _join_close_callbacks(result: Iterable[bytes], release: Callable[[], object]) -> Iterable[bytes]:
     """Return werkzeug's ClosingIterator itself, ``release`` and its list's ``clear`` appended to its callbacks.
 
     Its close() calls them in order: the count ends after the app's own
@@ -487,33 +410,10 @@ def _join_close_callbacks(result: Iterable[bytes], release: Callable[[], None]) 
     return result
 
 
-def _keep_file_wrapper(result: Iterable[bytes], release: Callable[[], None]) -> Iterable[bytes]:
+def _keep_file_wrapper(result: Iterable[bytes], release: Callable[[], object]) -> Iterable[bytes]:
     """Return the server's own file wrapper with a ``close`` that also releases (keeps sendfile)."""
     try:
-        setattr(result, "close", _CloseThenRelease(getattr(result, "close", None), release))  # noqa: B010
+        setattr(result, "close", Release(release, before=getattr(result, "close", None)))  # noqa: B010
     except (AttributeError, TypeError):  # __slots__ or a read-only close
         return _wrap(result, release)
     return result
-
-
-def _reply(
-    environ: WSGIEnvironment,
-    start_response: StartResponse,
-    status: int,
-    body: bytes,
-    retry_after: str | None = None,
-    allow: str | None = None,
-) -> list[bytes]:
-    """Start a plain-text response of graceful's own; no body for HEAD."""
-    headers = [
-        ("Content-Type", "text/plain; charset=utf-8"),
-        ("Content-Length", str(len(body))),
-        ("X-Content-Type-Options", "nosniff"),
-        ("Cache-Control", "no-store"),
-    ]
-    if retry_after is not None:
-        headers.append(("Retry-After", retry_after))
-    if allow is not None:
-        headers.append(("Allow", allow))
-    start_response(_STATUS[status], headers)
-    return [] if environ.get("REQUEST_METHOD") == "HEAD" else [body]

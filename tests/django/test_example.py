@@ -15,7 +15,7 @@ import yaml
 from tests.conftest import ROOT, Processes
 from tests.django.project import GRACEFUL, GUNICORN
 from tests.e2e_harness import free_port
-from tests.test_gunicorn import Server, _has_control_socket
+from tests.gunicorn.test_gunicorn import Server, _has_control_socket
 
 EXAMPLE = ROOT / "examples" / "django"
 MANIFEST = EXAMPLE / "kubernetes.yaml"

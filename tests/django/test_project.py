@@ -22,8 +22,8 @@ from tests.app_harness import AppGunicorn, assert_nothing_lost, sigterm_under_lo
 from tests.conftest import Processes
 from tests.django.project import DJANGO_CONF, GUNICORN, PROJECT, project_env
 from tests.e2e_harness import free_port
-from tests.test_gunicorn import WORKERS, Server, _has_control_socket
-from tests.test_server import Served
+from tests.gunicorn.test_gunicorn import WORKERS, Server, _has_control_socket
+from tests.serve.test_server import Served
 
 pytestmark = [pytest.mark.e2e, pytest.mark.gunicorn]
 
@@ -145,6 +145,19 @@ class TestGracefulSettings:
             " GRACEFUL_EXPOSE_CHECK_ERRORS, GRACEFUL_GRACE_PERIOD, GRACEFUL_HOOK_TIMEOUT, GRACEFUL_MAX_IN_FLIGHT,"
             " GRACEFUL_RETRY_AFTER, GRACEFUL_SEND_RETRY_AFTER, GRACEFUL_SHUTDOWN_DELAY"
         ]
+
+    def test_without_django_settings_module_the_master_stops_with_one_line(
+        self, processes: Processes, tmp_path: Path
+    ) -> None:
+        """graceful.django.conf needs DJANGO_SETTINGS_MODULE: without it the master exits 1 saying so."""
+        env = project_env(tmp_path)
+        del env["DJANGO_SETTINGS_MODULE"]
+        argv = [GUNICORN, "-c", DJANGO_CONF, "-b", f"127.0.0.1:{free_port()}", "testsite.wsgi"]
+        server = Server(processes.start(argv, env=env, cwd=PROJECT), 0)
+        assert server.exit_code(30) == 1
+        (line,) = server.lines
+        assert line.startswith("graceful: Requested setting GRACEFUL, but settings are not configured.")
+        assert "DJANGO_SETTINGS_MODULE" in line
 
 
 @pytest.mark.load

@@ -1,4 +1,4 @@
-"""A plain WSGI app for tests/test_server.py, served by ``graceful serve tests.live.server_app:app``.
+"""A plain WSGI app for tests/serve/test_server.py, served by ``graceful serve tests.live.server_app:app``.
 
 Prints ``SIGNAL <name>`` for every lifecycle signal as it fires, ``POST-START``
 when the post-start hook ran and ``CLEANUP`` when the cleanup task ran.

@@ -1,4 +1,4 @@
-"""A process with a lifecycle and the signal trap, driven by tests/test_trap.py.
+"""A process with a lifecycle and the signal trap, driven by tests/process/test_trap.py.
 
 Usage: python trap_app.py MODE    (MODE: ok | hung-cleanup | slow-pre)
 Prints "ready" when the trap is installed and each signal name as it fires;

@@ -58,4 +58,4 @@ def slow() -> Response:
 @bp.get("/uncounted/in-flight")
 def in_flight() -> str:
     """How many requests this process counts as in flight, this one included if it is counted."""
-    return str(request.environ["graceful.core.lifecycle"].in_flight.count)
+    return str(request.environ["graceful.lifecycle"].in_flight.count)

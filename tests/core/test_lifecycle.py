@@ -197,33 +197,33 @@ class TestUnhindered:
     def test_set_when_there_is_nothing_to_check(self) -> None:
         """Down at first; refresh_unhindered sets it while NotAcceptingNewRequests has not fired and no limit."""
         lc, _ = lifecycle()
-        assert not lc._unhindered
+        assert not lc.unhindered
         lc.refresh_unhindered()
-        assert lc._unhindered
+        assert lc.unhindered
 
     def test_cleared_by_every_signal_and_kept_down_after_not_accepting(self) -> None:
         """A signal that fires clears it; after NotAcceptingNewRequests a refresh leaves it down."""
         lc, _ = lifecycle()
         lc.refresh_unhindered()
         lc.initiate_shutdown()
-        assert not lc._unhindered
+        assert not lc.unhindered
         lc.refresh_unhindered()
-        assert lc._unhindered  # the shutdown delay: still nothing to check
+        assert lc.unhindered  # the shutdown delay: still nothing to check
         lc.stop_accepting()
-        assert not lc._unhindered
+        assert not lc.unhindered
         lc.refresh_unhindered()
-        assert not lc._unhindered
+        assert not lc.unhindered
 
     def test_kept_down_by_an_admission_limit_and_cleared_by_configure(self) -> None:
         """With max_in_flight a refresh leaves it down; configure() takes it down until the next refresh."""
         lc, _ = lifecycle(max_in_flight=4)
         lc.refresh_unhindered()
-        assert not lc._unhindered
+        assert not lc.unhindered
         lc.configure(Config())
         lc.refresh_unhindered()
-        assert lc._unhindered
+        assert lc.unhindered
         lc.configure(Config(max_in_flight=1))
-        assert not lc._unhindered
+        assert not lc.unhindered
 
     def test_a_signal_firing_during_a_refresh_takes_it_back(self) -> None:
         """A refresh that read its state just before a signal fired does not leave it up."""
@@ -240,7 +240,7 @@ class TestUnhindered:
 
         lc._admission = FiresWhenRead()  # type: ignore[assignment]
         lc.refresh_unhindered()
-        assert not lc._unhindered
+        assert not lc.unhindered
 
 
 class TestRegistrationPhases:

@@ -8,12 +8,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from graceful.core.config import BUDGET_MARGIN, Config, ConfigError, env_name
+from graceful.core.budget import BUDGET_MARGIN
+from graceful.core.config import Config, ConfigError, env_name
 
 
 class TestDefaults:
     def test_defaults_match_the_design_table(self) -> None:
-        """The defaults are DESIGN.md's: 5 s delay, 15 s drain, 5 s hooks, 30 s grace, no limit."""
+        """The defaults are the README's table: 5 s delay, 15 s drain, 5 s hooks, 30 s grace, no limit."""
         c = Config()
         assert (c.shutdown_delay, c.drain_timeout, c.hook_timeout) == (5.0, 15.0, 5.0)
         assert (c.send_retry_after, c.retry_after, c.grace_period, c.max_in_flight) == (False, 5, 30.0, 0)
@@ -121,13 +122,13 @@ class TestValidation:
 class TestBudget:
     def test_default_budget_fits_default_grace_period(self) -> None:
         """5 + 15 + 5 + 1 = 26 <= 30."""
-        assert Config().budget()["total"] == 26.0
+        assert Config().budget().total == 26.0
 
     def test_pre_shutdown_hooks_overlap_the_delay(self) -> None:
         """The budget counts max(delay, longest pre-shutdown hook), not their sum."""
         c = Config(shutdown_delay=5, grace_period=60)
-        assert c.budget(pre_shutdown_timeouts=[3], cleanup_timeouts=[2])["total"] == 5 + 15 + 2 + BUDGET_MARGIN
-        assert c.budget(pre_shutdown_timeouts=[9], cleanup_timeouts=[2])["total"] == 9 + 15 + 2 + BUDGET_MARGIN
+        assert c.budget(pre_shutdown_timeouts=[3], cleanup_timeouts=[2]).total == 5 + 15 + 2 + BUDGET_MARGIN
+        assert c.budget(pre_shutdown_timeouts=[9], cleanup_timeouts=[2]).total == 9 + 15 + 2 + BUDGET_MARGIN
 
     def test_over_budget_error_shows_each_term_and_the_sum(self) -> None:
         """The error lists delay, longest hook, drain, longest cleanup, margin, the sum and the grace period."""

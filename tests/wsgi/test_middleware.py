@@ -8,8 +8,10 @@ import re
 import subprocess
 import sys
 import threading
+import types
 import wsgiref.util
 from collections.abc import Callable, Iterable, Iterator
+from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -418,12 +420,12 @@ class TestAdmission:
         lifecycle = retry_after_lifecycle()
         mw = GracefulMiddleware(hello, lifecycle)
         assert [finish(call(mw)[1]) for _ in range(3)] == [b"hello"] * 3
-        assert lifecycle._unhindered
+        assert lifecycle.unhindered
         lifecycle.initiate_shutdown()
         assert finish(call(mw)[1]) == b"hello"  # the delay: served
         lifecycle.stop_accepting()
         assert [call(mw)[0].code for _ in range(2)] == [429, 429]
-        assert not lifecycle._unhindered
+        assert not lifecycle.unhindered
 
     def test_limit_from_the_environment_applies_from_the_first_request(self, monkeypatch: pytest.MonkeyPatch) -> None:
         """A lifecycle whose config loads lazily (from GRACEFUL_*) limits from the very first request."""
@@ -678,6 +680,52 @@ class TestInFlight:
         responses like any other (and this test would say so).
         """
         assert _werkzeug_closing_iterator() is ClosingIterator
+
+    def test_a_werkzeug_whose_closing_iterator_copies_its_callbacks_gets_the_wrapper(
+        self, lifecycle: Lifecycle, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """A ClosingIterator that never runs appended callbacks is found out at the first response.
+
+        Its responses get the generic wrapper, so the count still ends at
+        close(); one warning names the werkzeug version, however many
+        responses follow.
+        """
+        closed: list[int] = []
+
+        class CopyingClosingIterator:
+            """A werkzeug release that copies its callbacks when built: later appends never run."""
+
+            def __init__(self, iterable: Iterable[bytes], callbacks: list[Callable[[], object]] | None = None) -> None:
+                self._iterable = iter(iterable)
+                self._callbacks: list[Callable[[], object]] = list(callbacks or [])
+                self._to_run = tuple(self._callbacks)
+
+            def __iter__(self) -> Iterator[bytes]:
+                return self._iterable
+
+            def close(self) -> None:
+                for callback in self._to_run:
+                    callback()
+
+        fake = types.ModuleType("werkzeug.wsgi")
+        fake.ClosingIterator = CopyingClosingIterator  # type: ignore[attr-defined]
+        monkeypatch.setitem(sys.modules, "werkzeug.wsgi", fake)
+
+        def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+            start_response("200 OK", [])
+            return CopyingClosingIterator([b"x"], [lambda: closed.append(1)])
+
+        mw = GracefulMiddleware(app, lifecycle)
+        with caplog.at_level(logging.WARNING, logger="graceful.wsgi.middleware"):
+            results = [call(mw)[1] for _ in range(3)]
+        assert all(type(result) is not CopyingClosingIterator for result in results)
+        assert lifecycle.in_flight.count == 3
+        assert [finish(result) for result in results] == [b"x"] * 3
+        assert closed == [1, 1, 1]
+        assert lifecycle.in_flight.count == 0
+        warnings = [r.getMessage() for r in caplog.records if "ClosingIterator" in r.getMessage()]
+        assert len(warnings) == 1
+        assert metadata.version("werkzeug") in warnings[0] and "ran 0 times" in warnings[0]
 
     def test_werkzeug_is_not_loaded_by_graceful(self) -> None:
         """graceful looks werkzeug's ClosingIterator up, never imports it: a plain app's worker goes without."""

@@ -139,7 +139,7 @@ class TestLoadApp:
 
     def test_factory_call_with_literal_arguments(self) -> None:
         """module:factory(args) calls the factory with literal arguments."""
-        app = load_app("tests.test_server:make_app('made', times=2)")
+        app = load_app("tests.serve.test_server:make_app('made', times=2)")
         statuses: list[str] = []
 
         def start_response(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Callable[..., Any]:
@@ -171,7 +171,7 @@ class TestLoadApp:
     def test_factory_arguments_must_be_literals(self) -> None:
         """Factory arguments that are not literals are refused, not evaluated."""
         with pytest.raises(AppImportError, match="must be literals"):
-            load_app("tests.test_server:make_app(open('x'))")
+            load_app("tests.serve.test_server:make_app(open('x'))")
 
 
 def make_app(text: str, times: int = 1) -> WSGIApplication:

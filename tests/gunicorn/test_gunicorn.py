@@ -22,7 +22,7 @@ from tests.conftest import QUICK_HOOKS_ORDER, ROOT, Processes
 
 pytestmark = [pytest.mark.e2e, pytest.mark.gunicorn]
 
-LIVE = Path(__file__).resolve().parent / "live"
+LIVE = Path(__file__).resolve().parent.parent / "live"
 GUNICORN = str(Path(sys.executable).with_name("gunicorn"))
 WORKERS = {"sync": ["-k", "sync", "-w", "2"], "gthread": ["-k", "gthread", "-w", "2", "--threads", "4"]}
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from graceful.core.waitgroup import POLL_INTERVAL, SafeWaitGroup, WaitGroupClosed
+from graceful.core.waitgroup import POLL_INTERVAL, ClosesOnce, Release, SafeWaitGroup, WaitGroupClosed
 from graceful.testing import FakeClock
 
 
@@ -59,9 +59,9 @@ class TestSafeWaitGroup:
         """The polled condition refuses an unbounded wait (every wait in graceful has a timeout)."""
         wg = SafeWaitGroup()
         wg.add()
-        wg.wait(0)
         with pytest.raises(ValueError, match="timeout"):
-            wg._emptied.wait(None)
+            # A clock's wait that forwards no bound, as a careless Clock would.
+            wg.wait(1.0, lambda condition, _timeout: condition.wait(None))
 
     def test_a_fake_clock_waits_on_it_like_an_event(self) -> None:
         """With a FakeClock the wait times out at the fake deadline, and ends early on release."""
@@ -128,3 +128,68 @@ class TestSafeWaitGroup:
                 assert wg.wait(0) is (not open_releases)
             assert wg.count == len(open_releases)
             assert wg.waiting is waited
+
+
+class TestHotPathPair:
+    """enter/leave: the unchecked form of add() that GracefulMiddleware uses on every request."""
+
+    def test_enter_counts_and_leave_ends(self) -> None:
+        """enter() counts one unit, leave() ends one; the count is what the drain waits for."""
+        wg = SafeWaitGroup()
+        wg.enter()
+        wg.enter()
+        assert wg.count == 2
+        wg.leave()
+        assert wg.count == 1
+        wg.leave()
+        assert wg.count == 0 and wg.wait(0)
+
+    def test_waiting_is_set_by_wait_and_seen_after_enter(self) -> None:
+        """A caller that entered after wait() began sees ``waiting`` and leaves: the drain is not held up."""
+        wg = SafeWaitGroup()
+        assert not wg.waiting
+        wg.wait(0)
+        wg.enter()
+        assert wg.waiting
+        wg.leave()
+        assert wg.count == 0
+
+
+class TestRelease:
+    """Release and ClosesOnce: end a unit once, however often called."""
+
+    def test_before_runs_then_release_once(self) -> None:
+        """before() then release(), in that order, on the first call only."""
+        calls: list[str] = []
+        done = Release(lambda: calls.append("release"), before=lambda: calls.append("before"))
+        done()
+        done()
+        done.close()
+        assert calls == ["before", "release"]
+
+    def test_release_runs_when_before_raises(self) -> None:
+        """A raising before() (an app's close) still ends the unit, and the error propagates."""
+        ended: list[int] = []
+
+        def failing() -> None:
+            raise OSError("app close failed")
+
+        done = Release(lambda: ended.append(1), before=failing)
+        with pytest.raises(OSError):
+            done()
+        done()
+        assert ended == [1]
+
+    def test_mixin_on_a_list_subclass(self) -> None:
+        """ClosesOnce mixed into a list subclass keeps the list and releases once on close()."""
+
+        class Counted(ClosesOnce, list[bytes]):
+            __slots__ = ("_release",)
+            _before = None
+
+        ended: list[int] = []
+        counted = Counted([b"a", b"b"])
+        counted._release = lambda: ended.append(1)
+        counted.close()
+        counted.close()
+        assert list(counted) == [b"a", b"b"] and len(counted) == 2 and ended == [1]

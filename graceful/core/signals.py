@@ -1,0 +1,89 @@
+"""The lifecycle's signals: named one-shot facts that remember when they fired.
+
+Each is kube-apiserver's ``lifecycleSignal``: ``fire()`` is idempotent,
+``wait(timeout)`` is bounded, ``name`` says which fact it is. The owner
+(:class:`graceful.Lifecycle`) gives each signal its clock and an ``on_fire``
+callback, which it uses to log the line and tell its subscribers; a signal
+knows nothing else of its owner.
+
+Thread-safe. Never fire one from an OS signal handler (``fire`` takes a
+lock): :mod:`graceful.process.trap` queues instead.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from graceful.core.clock import Clock
+
+__all__ = ["LifecycleSignal"]
+
+
+class LifecycleSignal:
+    """A named one-shot fact: fires once, remembers when (on its clock), can be waited on.
+
+    ``on_fire(signal)`` runs on the firing thread, once, after the time is
+    recorded and before the event is set.
+    """
+
+    def __init__(self, name: str, clock: Clock, on_fire: Callable[[LifecycleSignal], object] | None = None) -> None:
+        self.name = name
+        self._clock = clock
+        self._on_fire = on_fire
+        self._event = threading.Event()
+        self._lock = threading.Lock()
+        #: Monotonic time it fired, or None.
+        self.fired_at: float | None = None
+
+    def __repr__(self) -> str:
+        return f"<LifecycleSignal {self.name} fired_at={self.fired_at}>"
+
+    @property
+    def event(self) -> threading.Event:
+        """The underlying event (set once fired)."""
+        return self._event
+
+    def is_set(self) -> bool:
+        """True once fired: from the moment ``fire()`` records the time, before ``on_fire`` runs.
+
+        So whoever learns of the signal from ``on_fire`` (a log line, a systemd
+        status, a broadcast) finds it set. ``wait()`` and ``event`` waiters
+        return only after ``on_fire``, as ``fire()`` says.
+        """
+        return self.fired_at is not None
+
+    def fire(self) -> bool:
+        """Fire the signal; return True for the call that fired it, False if it had fired.
+
+        The time is recorded and ``on_fire`` called before the event is set, so
+        whoever waits on it sees ``on_fire`` done.
+        """
+        with self._lock:
+            if self.fired_at is not None:
+                return False
+            self.fired_at = self._clock.now()
+        try:
+            if self._on_fire is not None:
+                self._on_fire(self)
+        finally:
+            self._event.set()
+        return True
+
+    def wait(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds (on the signal's clock); return whether fired."""
+        return self._clock.wait(self._event, timeout)
+
+    def reinit_after_fork(self) -> None:
+        """Replace the lock and renew the event's own lock in a forked child.
+
+        A parent thread may have been inside ``Event.set()`` at the fork. The
+        event object stays the same (middleware bound before the fork, with
+        preload_app, holds it); only its internal lock is renewed.
+        """
+        self._lock = threading.Lock()
+        reinit = getattr(self._event, "_at_fork_reinit", None)  # CPython 3.9+, as threading uses it
+        if reinit is not None:
+            reinit()
+        if self.fired_at is not None:
+            self._event.set()

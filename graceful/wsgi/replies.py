@@ -1,0 +1,55 @@
+"""graceful's own plain-text answers: health probes, 429 and 503 refusals, 405.
+
+Every one has ``text/plain; charset=utf-8``, ``X-Content-Type-Options:
+nosniff`` and ``Cache-Control: no-store``, a ``Content-Length``, and no body
+for HEAD. Runs on the request thread that answers (under Gunicorn: a worker's).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from _typeshed.wsgi import StartResponse, WSGIEnvironment
+
+__all__ = ["NOT_ALLOWED", "SHUTTING_DOWN", "STATUS", "TOO_MANY", "headers_for", "reply"]
+
+STATUS = {
+    200: "200 OK",
+    404: "404 Not Found",
+    405: "405 Method Not Allowed",
+    429: "429 Too Many Requests",
+    500: "500 Internal Server Error",
+    503: "503 Service Unavailable",
+}
+SHUTTING_DOWN = b"The server is shutting down, please try again later.\n"
+TOO_MANY = b"Too many requests, please try again later.\n"
+NOT_ALLOWED = b"Method not allowed: health endpoints answer GET and HEAD.\n"
+
+
+def headers_for(body: bytes, retry_after: str | None = None, allow: str | None = None) -> list[tuple[str, str]]:
+    """The headers of one of graceful's answers with this body."""
+    headers = [
+        ("Content-Type", "text/plain; charset=utf-8"),
+        ("Content-Length", str(len(body))),
+        ("X-Content-Type-Options", "nosniff"),
+        ("Cache-Control", "no-store"),
+    ]
+    if retry_after is not None:
+        headers.append(("Retry-After", retry_after))
+    if allow is not None:
+        headers.append(("Allow", allow))
+    return headers
+
+
+def reply(
+    environ: WSGIEnvironment,
+    start_response: StartResponse,
+    status: int,
+    body: bytes,
+    retry_after: str | None = None,
+    allow: str | None = None,
+) -> list[bytes]:
+    """Start a plain-text response of graceful's own; no body for HEAD."""
+    start_response(STATUS[status], headers_for(body, retry_after, allow))
+    return [] if environ.get("REQUEST_METHOD") == "HEAD" else [body]
