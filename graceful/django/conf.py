@@ -39,6 +39,10 @@ from graceful.core.config import ConfigError
 from graceful.core.default import default_lifecycle
 from graceful.django.settings import load_config
 
+if "graceful.gunicorn.hooks" in sys.modules:
+    # Its graceful_timeout was derived from the config without the settings: too late to read them.
+    sys.exit("graceful: import graceful.django.conf instead of graceful.conf, not after it")
+
 try:
     default_lifecycle.configure(load_config())
 except (ConfigError, ImproperlyConfigured) as _error:
