@@ -3,7 +3,7 @@
 Runs only in the ``graceful check`` command, never in a serving process. A
 container is checked when it runs graceful: it sets a ``GRACEFUL_*`` variable,
 or its command (or ``GUNICORN_CMD_ARGS``) names ``graceful/conf.py``,
-``python:graceful.conf`` or ``-m graceful``.
+``python:graceful.conf`` (or Django's ``graceful.django.conf``) or ``-m graceful``.
 
 - :mod:`.loading` reads YAML within bounds; :mod:`.manifests` keeps what the rules need of each object
 - :mod:`.settings` a container's ``GRACEFUL_*`` values, validated as graceful does at start-up

@@ -69,7 +69,7 @@ _POD_SPEC_PATHS: dict[str, tuple[str, ...]] = {
 _ENV_READ = frozenset({"GUNICORN_CMD_ARGS", "TERMINATION_DRAIN_DURATION_SECONDS", "PROXY_CONFIG"})
 
 _SHELLS = frozenset({"sh", "bash", "dash", "ash", "zsh", "ksh", "mksh"})
-_RUNS_GRACEFUL = re.compile(r"graceful/conf\.py|python:graceful\.conf|-m\s+graceful\b")
+_RUNS_GRACEFUL = re.compile(r"graceful/(?:django/)?conf\.py|python:graceful\.(?:django\.)?conf|-m\s+graceful\b")
 _GRACEFUL_SERVE = re.compile(r"(?:^|[\s/])graceful\s+serve\b")
 _SLEEP_IN_SCRIPT = re.compile(r"(?:^|[;&|({\n\s])sleep\s+(\d+(?:\.\d+)?[smhd]?)(?![\w.])")
 _SLEEP_ARGUMENT = re.compile(r"(\d+(?:\.\d+)?)([smhd]?)")

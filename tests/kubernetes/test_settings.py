@@ -19,6 +19,8 @@ class TestWhichContainers:
         [
             ["gunicorn", "-c", "/srv/graceful/conf.py", "app:app"],
             ["gunicorn", "--config=python:graceful.conf", "app:app"],
+            ["gunicorn", "-c", "python:graceful.django.conf", "mysite.wsgi"],
+            ["gunicorn", "-c", "/srv/graceful/django/conf.py", "mysite.wsgi"],
             ["python", "-m", "graceful", "serve", "app:app"],
         ],
     )
