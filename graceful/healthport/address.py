@@ -44,6 +44,7 @@ _MAX_UNIX_PATH = 107
 
 _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 _HOST_NAME = re.compile(rf"{_LABEL}(?:\.{_LABEL})*\.?")
+_PORT = re.compile(r"[0-9]{1,5}")
 
 #: Gunicorn's own default port, for a ``bind`` entry that names no port.
 _GUNICORN_DEFAULT_PORT = 8000
@@ -135,13 +136,13 @@ def parse_address(source: str, raw: object) -> HealthAddress | None:
         return None
     if text.startswith("unix:"):
         path = text[len("unix:") :]
-        if not path or "\0" in path or len(os.fsencode(path)) > _MAX_UNIX_PATH:
+        if not _unix_path_fits(path):
             raise ValueError(
                 f"{source}={raw!r} is not allowed: a Unix socket path of 1-{_MAX_UNIX_PATH} bytes; expected {ALLOWED}"
             )
         return HealthAddress(path=path)
     host, sep, port_text = text.rpartition(":")
-    if not sep or not port_text.isdigit() or int(port_text) > 65535:
+    if not sep or not _PORT.fullmatch(port_text) or int(port_text) > 65535:
         raise ValueError(f"{source}={raw!r} is not allowed: expected {ALLOWED}")
     port = int(port_text)
     if not host:
@@ -159,6 +160,15 @@ def parse_address(source: str, raw: object) -> HealthAddress | None:
     elif not _HOST_NAME.fullmatch(host) or (host.replace(".", "").isdigit() and not _is_ip(host, 4)):
         raise ValueError(f"{source}={raw!r} is not allowed: {host!r} is no host name or address; expected {ALLOWED}")
     return HealthAddress(host=host, port=port)
+
+
+def _unix_path_fits(path: str) -> bool:
+    """1-107 bytes as the kernel sees them and no NUL; a path that cannot be encoded does not fit."""
+    try:
+        encoded = os.fsencode(path)
+    except UnicodeError:
+        return False
+    return 0 < len(encoded) <= _MAX_UNIX_PATH and b"\0" not in encoded
 
 
 def _is_ip(text: str, version: int) -> bool:

@@ -7,6 +7,8 @@ import socket
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from graceful.healthport.address import ALLOWED, BACKLOG, HealthAddress, parse_address
 
@@ -53,6 +55,8 @@ class TestParseAddress:
             ("127.0.0.1:65536", ALLOWED),
             ("127.0.0.1:-1", ALLOWED),
             ("127.0.0.1:http", ALLOWED),
+            ("127.0.0.1:\u00b2", ALLOWED),
+            ("127.0.0.1:\u0661\u0662", ALLOWED),
             ("::1:8081", "write an IPv6 address in brackets, as in [::1]:8081"),
             ("[not-v6]:8081", "'not-v6' is no IPv6 address"),
             ("[127.0.0.1]:8081", "'127.0.0.1' is no IPv6 address"),
@@ -61,6 +65,7 @@ class TestParseAddress:
             ("-lead.example:8081", "is no host name or address"),
             ("unix:", "a Unix socket path of 1-107 bytes"),
             ("unix:/" + "a" * 107, "a Unix socket path of 1-107 bytes"),
+            ("unix:/run/\ud800", "a Unix socket path of 1-107 bytes"),
         ],
     )
     def test_refused_forms_name_the_setting_value_and_rule(self, text: str, says: str) -> None:
@@ -70,6 +75,16 @@ class TestParseAddress:
         message = str(caught.value)
         assert message.startswith(f"--health-bind={text!r} is not allowed: ")
         assert says in message
+
+    @given(st.text())
+    def test_any_text_is_an_address_off_or_a_value_error(self, text: str) -> None:
+        """Whatever the text, the answer is an address, None (empty) or a ValueError naming the setting."""
+        try:
+            address = parse_address("GRACEFUL_HEALTH_BIND", text)
+        except ValueError as exc:
+            assert str(exc).startswith(f"GRACEFUL_HEALTH_BIND={text!r} is not allowed: ")
+        else:
+            assert (address is None) == (not text.strip())
 
     def test_not_a_string_is_refused(self) -> None:
         """A Python value other than a string (Flask's app.config) is refused."""
