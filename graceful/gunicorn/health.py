@@ -140,7 +140,7 @@ class MasterHealth:
         self._pid = os.getpid()
         self.channel = HealthChannel()
         self._heard: dict[int, Heard] = {}
-        self._started = self._last_heard = self._tick = time.monotonic()
+        self._last_heard = self._tick = time.monotonic()
         timeout = float(server.cfg.timeout or 0)
         self.liveness_bound = timeout if timeout > 0 else DEFAULT_LIVENESS_BOUND
         self.view = HealthView(

@@ -348,12 +348,25 @@ class HealthPort:
             elif data == _LISTENER:
                 self._accept(selector)
             elif isinstance(data, int):
-                callback = self._extra.get(data)
-                if callback is not None:
-                    callback()
+                self._call_back(data)
             elif isinstance(data, _Conn) and data.sock in self._conns:
-                self._on_ready(selector, data)
+                try:
+                    self._on_ready(selector, data)
+                except Exception:  # one connection's trouble never stops the port: drop it, go on
+                    logger.exception("graceful: the health port dropped a connection it could not handle")
+                    self._drop(selector, data)
         self._expire(selector)
+
+    def _call_back(self, fd: int) -> None:
+        """A watched descriptor is readable: its callback; one that raises is logged and unwatched."""
+        callback = self._extra.get(fd)
+        if callback is None:
+            return
+        try:
+            callback()
+        except Exception:
+            logger.exception("graceful: the health port stops watching fd %d: its callback failed", fd)
+            self.unwatch(fd)
 
     def _timeout(self) -> float:
         now = time.monotonic()

@@ -348,6 +348,31 @@ class TestLifecycle:
             os.close(read_end)
             os.close(write_end)
 
+    def test_a_failing_callback_is_unwatched(self, caplog: pytest.LogCaptureFixture) -> None:
+        """A watched descriptor whose callback raises is logged once and unwatched; the port keeps answering."""
+        read_end, write_end = os.pipe()
+        calls: list[int] = []
+        server = HealthPort(HealthAddress("127.0.0.1", 0), Fixed())
+        server.bind()
+
+        def failing() -> None:
+            calls.append(1)
+            raise OSError("broken")
+
+        server.watch(read_end, failing)
+        try:
+            with caplog.at_level(logging.ERROR, logger="graceful.healthport.server"):
+                server.start()
+                os.write(write_end, b"x")  # never read: it would wake the loop for ever if still watched
+                assert wait_for(lambda: calls == [1])
+                assert get(server, "/livez")[0] == 200
+            assert calls == [1]
+            assert len([r for r in caplog.records if "stops watching fd" in r.getMessage()]) == 1
+        finally:
+            server.close()
+            os.close(read_end)
+            os.close(write_end)
+
     def test_close_stops_answering(self) -> None:
         """close() ends the thread and closes the listener: new connections are refused."""
         server = started()
