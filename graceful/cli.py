@@ -7,7 +7,7 @@
 
 ``serve`` runs the single-process server (graceful.serve.server) with its whole
 shutdown timeline; settings come from ``GRACEFUL_*`` environment variables
-(graceful.core.config). ``check`` is ``graceful.check``'s own command line.
+(graceful.core.config). ``check`` is ``graceful.kubernetes.command``'s own command line.
 
 Exit status of ``serve``: 0 after a graceful shutdown; 1 on a second signal,
 a failed server loop or an overrun grace period (or when the address is in
@@ -128,7 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     args_list = list(sys.argv[1:] if argv is None else argv)
     if args_list[:1] == ["check"]:
-        from graceful import check  # its dependencies are not needed to serve
+        from graceful.kubernetes import command as check  # its dependencies are not needed to serve
 
         return check.main(args_list[1:])
     parser = _parser()

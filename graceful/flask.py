@@ -12,6 +12,10 @@ or, with an app factory::
         graceful.init_app(app)
         return app
 
+served as ``gunicorn -c python:graceful.conf "pkg:create_app()"`` or
+``graceful serve "pkg:create_app()"`` (a factory that does not use
+``Graceful`` works the same: the server wraps the app it returns).
+
 ``init_app`` wraps ``app.wsgi_app`` in :class:`graceful.GracefulMiddleware`
 (``/livez``, ``/readyz``, ``/healthz``, admission, the in-flight count) and
 installs the middleware's bound ``__call__`` as ``app.wsgi_app`` (the

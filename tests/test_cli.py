@@ -9,8 +9,9 @@ import sys
 
 import pytest
 
-from graceful import __version__, check
+from graceful import __version__
 from graceful.cli import main, parse_bind
+from graceful.kubernetes import command as check
 from tests.conftest import ROOT, Processes
 
 
@@ -75,7 +76,7 @@ class TestMain:
         assert message in capsys.readouterr().err
 
     def test_check_is_delegated(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        """`graceful check ARGS` hands ARGS, options included, to graceful.check.main and returns its status."""
+        """`graceful check ARGS` hands ARGS, options included, to the checker's main and returns its status."""
         calls: list[list[str]] = []
 
         def fake(argv: list[str]) -> int:
@@ -88,7 +89,7 @@ class TestMain:
 
     def test_check_runs_for_real(self, capsys: pytest.CaptureFixture[str]) -> None:
         """`graceful check` on a clean manifest exits 0."""
-        assert main(["check", str(ROOT / "tests" / "manifests" / "clean.yaml")]) == 0
+        assert main(["check", str(ROOT / "tests" / "kubernetes" / "manifests" / "clean.yaml")]) == 0
 
 
 def run_serve(processes: Processes, *args: str, **env: str) -> tuple[int, str]:

@@ -134,10 +134,10 @@ class TestHotPathPair:
     """enter/leave: the unchecked form of add() that GracefulMiddleware uses on every request."""
 
     def test_enter_counts_and_leave_ends(self) -> None:
-        """enter() counts one unit, leave() ends one; the count is what the drain waits for."""
+        """enter(None) counts one unit, leave() ends one; the count is what the drain waits for."""
         wg = SafeWaitGroup()
-        wg.enter()
-        wg.enter()
+        wg.enter(None)
+        wg.enter(None)
         assert wg.count == 2
         wg.leave()
         assert wg.count == 1
@@ -149,7 +149,7 @@ class TestHotPathPair:
         wg = SafeWaitGroup()
         assert not wg.waiting
         wg.wait(0)
-        wg.enter()
+        wg.enter(None)
         assert wg.waiting
         wg.leave()
         assert wg.count == 0

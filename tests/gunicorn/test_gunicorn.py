@@ -77,7 +77,7 @@ class Server:
             try:
                 if requests.get(self.url + "/readyz", timeout=2).status_code == 200:
                     return
-            except requests.ConnectionError:
+            except (requests.ConnectionError, requests.Timeout):  # not listening yet, or no worker booted yet
                 pass
             time.sleep(0.1)
         raise AssertionError("never ready:\n" + "\n".join(self.lines))

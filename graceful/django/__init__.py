@@ -1,0 +1,46 @@
+"""Django integration: ``"graceful.django"`` in ``INSTALLED_APPS``.
+
+::
+
+    INSTALLED_APPS = [..., "graceful.django"]
+    GRACEFUL = {"SHUTDOWN_DELAY": 10, "DRAIN_TIMEOUT": 20}     # optional
+
+When Django starts (``django.setup()``: every ``manage.py`` command, every
+server that imports the project's ``wsgi.py``), the app
+(:class:`graceful.django.apps.GracefulConfig`):
+
+* configures ``graceful.default_lifecycle`` -- the lifecycle the Gunicorn
+  integration and ``graceful serve`` drive -- from ``settings.GRACEFUL``
+  (:mod:`graceful.django.settings`: keyword arguments, then ``GRACEFUL_*``
+  environment variables, then ``settings.GRACEFUL``, then the defaults); a
+  refused value raises :class:`graceful.ConfigError` there, at start-up;
+* registers one readiness check per database, ``django-db-<alias>``, and the
+  cleanup task ``django-db-connections``, which closes every database
+  connection the process opened, whichever thread opened it
+  (:mod:`graceful.django.database`);
+* adds the system check ``graceful.E001`` (``manage.py check``): the shutdown
+  budget with every hook and task the apps registered
+  (:mod:`graceful.django.checks`).
+
+Register your own hooks and checks with the usual decorators
+(``@graceful.cleanup_task(...)``), e.g. in your app's ``AppConfig.ready()``.
+
+Serving: under ``gunicorn -c python:graceful.django.conf mysite.wsgi`` every
+worker wraps the app in :class:`graceful.GracefulMiddleware` and the master
+reads ``settings.GRACEFUL`` too (:mod:`graceful.django.conf`); ``graceful
+serve mysite.wsgi`` wraps it as well: nothing to add to ``wsgi.py``. Under
+any other server (plain Gunicorn, uWSGI, ``manage.py runserver``), one line
+in ``wsgi.py``::
+
+    application = GracefulMiddleware(get_wsgi_application())
+
+``manage.py runserver`` is a development server: it serves the health paths
+when ``wsgi.py`` has that line, but has no shutdown timeline (Ctrl+C stops it
+at once, no drain, no cleanup tasks).
+
+Importing this package imports nothing from Django; its modules do.
+"""
+
+from __future__ import annotations
+
+__all__: list[str] = []

@@ -1,0 +1,90 @@
+"""A container's graceful settings: its ``GRACEFUL_*`` env, validated as graceful does at start-up.
+
+The values are checked with :class:`graceful.core.config.Config` itself, so
+the checker and the server never disagree about what is allowed; the budget
+is :meth:`Config.budget`, never recomputed here.
+
+Runs only in the ``graceful check`` command.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+
+from graceful.core.config import Config, ConfigError
+from graceful.kubernetes.manifests import Container
+
+__all__ = ["HEALTH_BIND", "Settings", "health_port"]
+
+#: The variable that moves probes to their own port (the health port issue); read by GC016.
+HEALTH_BIND = "GRACEFUL_HEALTH_BIND"
+
+
+class _UnbudgetedConfig(Config):
+    """A :class:`Config` whose values are validated but whose budget is not.
+
+    The checker compares the budget with the pod's own grace period, and asks
+    :class:`Config` separately whether graceful would refuse to start (GC009).
+    """
+
+    def check_budget(
+        self,
+        pre_shutdown_timeouts: Iterable[float] = (),
+        cleanup_timeouts: Iterable[float] = (),
+    ) -> None:
+        """Skip the start-up budget check; :meth:`Settings.of` runs the real one, once."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """The graceful settings of one container, as far as they can be read."""
+
+    config: Config  # refused and unreadable values fall back to their defaults
+    env: Mapping[str, str]  # the readable, accepted GRACEFUL_* values
+    refused: tuple[tuple[str, str], ...]  # (variable, graceful's error message)
+    unreadable: tuple[str, ...]  # what could not be read, in words
+    startup_refusal: str | None  # graceful's own start-up error for the accepted values (its budget check)
+
+    @classmethod
+    def of(cls, container: Container) -> Settings:
+        """Validate each literal ``GRACEFUL_*`` value of a container the way graceful does, one at a time.
+
+        One at a time, so that every refused variable is reported, and the
+        others still count when the budget is computed. ``valueFrom``,
+        ``envFrom`` and ``$(VAR)`` references are resolved only at run time:
+        they are listed as unreadable and graceful's defaults are assumed.
+        """
+        accepted: dict[str, str] = {}
+        refused: list[tuple[str, str]] = []
+        unreadable: list[str] = []
+        for name, value in container.env.items():
+            if not name.startswith("GRACEFUL_"):
+                continue
+            if value is None:
+                unreadable.append(f"{name} (valueFrom)")
+                continue
+            if "$(" in value:
+                unreadable.append(f"{name} (a $(VAR) reference)")
+                continue
+            try:
+                _UnbudgetedConfig.load({name: value})
+            except ConfigError as exc:
+                refused.append((name, str(exc)))
+            else:
+                accepted[name] = value
+        unreadable.extend(container.env_from)
+        try:
+            Config.load(accepted)
+        except ConfigError as exc:
+            refusal: str | None = str(exc)
+        else:
+            refusal = None
+        return cls(_UnbudgetedConfig.load(accepted), accepted, tuple(refused), tuple(unreadable), refusal)
+
+
+def health_port(container: Container) -> int | None:
+    """Return the port of ``GRACEFUL_HEALTH_BIND`` (``host:port``, ``[::]:port`` or a port alone), if set."""
+    value = container.env_text(HEALTH_BIND).strip()
+    port = value.rpartition(":")[2] if ":" in value else value
+    return int(port) if port.isdecimal() and len(port) <= 5 and 0 < int(port) <= 65535 else None

@@ -1,0 +1,110 @@
+"""graceful.django as an installed app: what django.setup() does, `manage.py check`, and what is never imported."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from tests.conftest import ROOT
+from tests.django.project import GRACEFUL, manage, project_env, run
+
+
+def python(code: str) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter with the repository importable."""
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
+
+
+class TestImport:
+    def test_importing_graceful_imports_no_django(self) -> None:
+        """graceful, its Gunicorn config, the Flask wing and graceful.django itself load no django module."""
+        out = python(
+            """
+            import sys
+            import graceful, graceful.conf, graceful.flask, graceful.serve.server, graceful.django
+            print(sorted(name for name in sys.modules if name.split('.')[0] == 'django'))
+            """
+        )
+        assert (out.returncode, out.stdout.strip()) == (0, "[]"), out.stderr
+
+
+class TestGracefulConfig:
+    def test_setup_configures_the_default_lifecycle_and_registers(self) -> None:
+        """django.setup() configures graceful.default_lifecycle from settings.GRACEFUL and registers on it."""
+        out = python(
+            """
+            import json, django
+            from django.conf import settings
+            settings.configure(
+                INSTALLED_APPS=["graceful.django"],
+                DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}},
+                GRACEFUL={"SHUTDOWN_DELAY": 2, "MAX_IN_FLIGHT": 4},
+            )
+            django.setup()
+            from django.apps import apps
+            from django.core import checks
+            import graceful
+            from graceful.core.registry import CLEANUP_TASK, READINESS_CHECK
+            lifecycle = graceful.default_lifecycle
+            print(json.dumps({
+                "name": apps.get_app_config("graceful").name,
+                "config": [lifecycle.config.shutdown_delay, lifecycle.config.max_in_flight],
+                "readiness": [h.name for h in lifecycle.registry.hooks(READINESS_CHECK)],
+                "cleanup": [h.name for h in lifecycle.registry.hooks(CLEANUP_TASK)],
+                "tagged": "graceful" in checks.registry.registry.tags_available(),
+            }))
+            """
+        )
+        assert out.returncode == 0, out.stderr
+        assert json.loads(out.stdout) == {
+            "name": "graceful.django",
+            "config": [2.0, 4],
+            "readiness": ["django-db-default"],
+            "cleanup": ["django-db-connections"],
+            "tagged": True,
+        }
+
+
+def serve_error(env: dict[str, str]) -> str:
+    """What `graceful serve` of the project says when it refuses to start (exit 2, one line)."""
+    out = run([GRACEFUL, "serve", "testsite.wsgi", "--bind", "127.0.0.1:0"], env)
+    assert out.returncode == 2, out.stdout
+    (line,) = out.stdout.splitlines()
+    prefix = "graceful serve: error: "
+    assert line.startswith(prefix), line
+    return line[len(prefix) :]
+
+
+class TestManagePyCheck:
+    def test_a_fitting_budget_passes(self, tmp_path: Path) -> None:
+        """The project as it is: no issue."""
+        out = manage(project_env(tmp_path), "check")
+        assert out.returncode == 0, out.stdout
+        assert out.stdout.strip() == "System check identified no issues (0 silenced)."
+
+    def test_a_cleanup_task_too_long_is_graceful_e001_with_the_start_up_message(self, tmp_path: Path) -> None:
+        """A 25 s cleanup task in an app's ready(): graceful.E001, with the text graceful serve stops with."""
+        env = project_env(tmp_path, GT_LONG_CLEANUP="1")
+        out = manage(env, "check")
+        assert out.returncode == 1
+        message = serve_error(env)
+        assert message.startswith("graceful shutdown does not fit GRACEFUL_GRACE_PERIOD")
+        assert f"?: (graceful.E001) {message}" in out.stdout
+
+    def test_an_unknown_key_stops_django_setup_with_the_start_up_message(self, tmp_path: Path) -> None:
+        """A misspelt GRACEFUL key stops every command at django.setup(), check included, with serve's message."""
+        env = project_env(tmp_path, {"SHUTDOWN_DELY": 1})
+        out = manage(env, "check")
+        assert out.returncode == 1
+        message = serve_error(env)
+        assert message.startswith("GRACEFUL_SHUTDOWN_DELY is not a graceful setting")
+        assert out.stdout.splitlines()[-1] == f"graceful.core.config.ConfigError: {message}"

@@ -1,0 +1,114 @@
+"""graceful.django.settings: settings.GRACEFUL under the same precedence as Flask's app.config."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import override_settings
+
+from graceful.core.config import Config, ConfigError
+from graceful.core.lifecycle import Lifecycle
+from graceful.django.settings import configure_lifecycle, load_config, mapping
+
+
+class TestMapping:
+    """settings.GRACEFUL keys are the GRACEFUL_* names without the prefix."""
+
+    def test_keys_become_their_environment_names(self) -> None:
+        """SHUTDOWN_DELAY is read as GRACEFUL_SHUTDOWN_DELAY."""
+        assert mapping({"SHUTDOWN_DELAY": 3, "MAX_IN_FLIGHT": 8}) == {
+            "GRACEFUL_SHUTDOWN_DELAY": 3,
+            "GRACEFUL_MAX_IN_FLIGHT": 8,
+        }
+
+    def test_anything_but_a_dict_is_refused(self) -> None:
+        """GRACEFUL = [...] fails naming settings.GRACEFUL and what is expected."""
+        expected = r"settings\.GRACEFUL=\['SHUTDOWN_DELAY'\] is not allowed: expected a dict"
+        with pytest.raises(ConfigError, match=expected):
+            mapping(["SHUTDOWN_DELAY"])
+
+
+class TestLoadConfig:
+    """Keyword arguments, then the environment, then settings.GRACEFUL, then the defaults."""
+
+    def test_without_the_setting_the_defaults_hold(self) -> None:
+        """No GRACEFUL setting at all: the defaults."""
+        assert load_config({}) == Config()
+
+    @override_settings(GRACEFUL={"SHUTDOWN_DELAY": 2, "SEND_RETRY_AFTER": True})
+    def test_settings_are_read(self) -> None:
+        """settings.GRACEFUL values are parsed like the environment's."""
+        config = load_config({})
+        assert (config.shutdown_delay, config.send_retry_after) == (2.0, True)
+
+    @override_settings(GRACEFUL={"SHUTDOWN_DELAY": 2, "DRAIN_TIMEOUT": 4})
+    def test_the_environment_beats_the_settings(self) -> None:
+        """GRACEFUL_SHUTDOWN_DELAY in the environment wins over settings.GRACEFUL; other keys still apply."""
+        config = load_config({"GRACEFUL_SHUTDOWN_DELAY": "7"})
+        assert (config.shutdown_delay, config.drain_timeout) == (7.0, 4.0)
+
+    @override_settings(GRACEFUL={"SHUTDOWN_DELAY": 2})
+    def test_keyword_arguments_beat_the_environment(self) -> None:
+        """A keyword argument wins over both."""
+        assert load_config({"GRACEFUL_SHUTDOWN_DELAY": "7"}, shutdown_delay=1).shutdown_delay == 1.0
+
+    @override_settings(GRACEFUL={"SHUTDOWN_DELY": 2})
+    def test_an_unknown_key_fails_with_the_environments_message(self) -> None:
+        """A misspelt key is refused with the very message a misspelt GRACEFUL_* variable gets."""
+        with pytest.raises(ConfigError) as from_env:
+            Config.load({"GRACEFUL_SHUTDOWN_DELY": "2"})
+        with pytest.raises(ConfigError) as from_settings:
+            load_config({})
+        assert str(from_settings.value) == str(from_env.value)
+        assert str(from_settings.value).startswith("GRACEFUL_SHUTDOWN_DELY is not a graceful setting: expected one of")
+
+    @override_settings(GRACEFUL={"shutdown_delay": 2})
+    def test_lower_case_keys_are_unknown(self) -> None:
+        """Keys are upper-case, as Django settings are: shutdown_delay is no graceful setting."""
+        with pytest.raises(ConfigError, match="GRACEFUL_shutdown_delay is not a graceful setting"):
+            load_config({})
+
+    @override_settings(GRACEFUL={"SHUTDOWN_DELAY": -1})
+    def test_a_bad_value_names_the_setting_and_what_is_allowed(self) -> None:
+        """A negative delay is refused naming GRACEFUL_SHUTDOWN_DELAY, the value and the range."""
+        with pytest.raises(ConfigError, match=r"GRACEFUL_SHUTDOWN_DELAY=-1 is not allowed: expected .* >= 0"):
+            load_config({})
+
+    @override_settings(GRACEFUL={"SHUTDOWN_DELAY": -1})
+    def test_a_bad_value_overridden_by_the_environment_is_not_read(self) -> None:
+        """As for app.config: a settings value the environment overrides is never parsed."""
+        assert load_config({"GRACEFUL_SHUTDOWN_DELAY": "1"}).shutdown_delay == 1.0
+
+    @override_settings(GRACEFUL={"SHUTDOWN_DELAY": 20, "DRAIN_TIMEOUT": 20})
+    def test_a_budget_that_cannot_fit_is_refused(self) -> None:
+        """20 + 20 + 5 + 1 > 30: the budget message, every term named."""
+        with pytest.raises(ConfigError, match="graceful shutdown does not fit GRACEFUL_GRACE_PERIOD"):
+            load_config({})
+
+
+class TestConfigureLifecycle:
+    """configure_lifecycle(lifecycle): it gets the config; a Gunicorn worker may not diverge from its master."""
+
+    @override_settings(GRACEFUL={"SHUTDOWN_DELAY": 2})
+    def test_configures_the_lifecycle(self) -> None:
+        """The lifecycle's config is the one loaded from the settings."""
+        lifecycle = Lifecycle(Config())
+        assert configure_lifecycle(lifecycle, {}) is lifecycle.config
+        assert lifecycle.config.shutdown_delay == 2.0
+
+    @override_settings(GRACEFUL={"SHUTDOWN_DELAY": 2, "RETRY_AFTER": 3})
+    def test_a_worker_whose_settings_differ_from_its_masters_is_refused(self) -> None:
+        """In a worker (run_pre_shutdown_hooks off), settings the master did not read fail, naming both and the fix."""
+        lifecycle = Lifecycle(Config(), run_pre_shutdown_hooks=False)
+        with pytest.raises(ConfigError) as raised:
+            configure_lifecycle(lifecycle, {})
+        message = str(raised.value)
+        assert "GRACEFUL_SHUTDOWN_DELAY=2.0, GRACEFUL_RETRY_AFTER=3" in message
+        assert "master runs with GRACEFUL_SHUTDOWN_DELAY=5.0, GRACEFUL_RETRY_AFTER=5" in message
+        assert "-c python:graceful.django.conf" in message
+        assert lifecycle.config == Config()
+
+    @override_settings(GRACEFUL={"SHUTDOWN_DELAY": 2})
+    def test_a_worker_whose_master_read_the_same_settings_is_configured(self) -> None:
+        """Under graceful.django.conf the master's config equals the worker's: no error."""
+        lifecycle = Lifecycle(Config(shutdown_delay=2), run_pre_shutdown_hooks=False)
+        assert configure_lifecycle(lifecycle, {}).shutdown_delay == 2.0

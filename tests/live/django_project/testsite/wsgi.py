@@ -1,0 +1,12 @@
+"""WSGI config as `django-admin startproject` writes it: nothing graceful here.
+
+Under `gunicorn -c python:graceful.django.conf` each worker wraps the app itself.
+"""
+
+import os
+
+from django.core.wsgi import get_wsgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testsite.settings")
+
+application = get_wsgi_application()
