@@ -1,6 +1,7 @@
 """The ``graceful`` command: ``graceful serve module:app`` and ``graceful check``.
 
     graceful serve myapp:app --bind 0.0.0.0:8000 --threads 8
+    graceful serve myapp:app --bind 0.0.0.0:8000 --health-bind 0.0.0.0:8081
     python -m graceful serve myapp:create_app() --keep-alive 0
     graceful check deployment.yaml
 
@@ -47,6 +48,19 @@ def parse_bind(text: str) -> tuple[str, int]:
     return host or "127.0.0.1", int(port_text)
 
 
+def _health_bind(text: str) -> str:
+    """``--health-bind``: an address the health port can use (graceful.healthport.address)."""
+    from graceful.healthport.address import parse_address
+
+    try:
+        address = parse_address("--health-bind", text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if address is None:
+        raise argparse.ArgumentTypeError("--health-bind needs an address, such as 0.0.0.0:8081")
+    return str(address)
+
+
 def _parser() -> argparse.ArgumentParser:
     from graceful.serve.server import DEFAULT_KEEP_ALIVE, DEFAULT_THREADS
 
@@ -86,6 +100,14 @@ def _parser() -> argparse.ArgumentParser:
         default=DEFAULT_KEEP_ALIVE,
         metavar="SECONDS",
         help=f"seconds an idle HTTP/1.1 connection stays open; 0: no keep-alive (default: {DEFAULT_KEEP_ALIVE:g})",
+    )
+    serve.add_argument(
+        "--health-bind",
+        type=_health_bind,
+        default=None,
+        metavar="ADDRESS",
+        help="also answer /livez, /readyz and /healthz on this address (HOST:PORT or unix:PATH), from a thread"
+        " that never waits for a request thread (default: GRACEFUL_HEALTH_BIND, else off)",
     )
     serve.add_argument("--no-access-log", dest="access_log", action="store_false", help="do not log each request")
     serve.add_argument("--log-level", choices=_LOG_LEVELS, default="info", help="log level (default: info)")
@@ -145,6 +167,7 @@ def _serve(args: argparse.Namespace) -> int:
         lifecycle=lifecycle,
         keep_alive=args.keep_alive,
         access_log=args.access_log,
+        health_bind=args.health_bind,
     )
     lifecycle.exit(status)
 

@@ -51,7 +51,7 @@ class TestMain:
         """serve --help documents bind, threads and keep-alive."""
         assert main(["serve", "--help"]) == 0
         out = capsys.readouterr().out
-        assert "--bind" in out and "--threads" in out and "--keep-alive" in out
+        assert "--bind" in out and "--threads" in out and "--keep-alive" in out and "--health-bind" in out
 
     def test_no_command_is_a_usage_error(self, capsys: pytest.CaptureFixture[str]) -> None:
         """Without a command the exit status is 2 with a usage message."""
@@ -64,6 +64,9 @@ class TestMain:
             (["serve", "app:app", "--threads", "0"], "'0' is not a whole number >= 1"),
             (["serve", "app:app", "--keep-alive", "-1"], "'-1' is not a finite number of seconds >= 0"),
             (["serve", "app:app", "--bind", "nowhere"], "'nowhere' is not HOST:PORT"),
+            (["serve", "app:app", "--health-bind", ":8081"], "--health-bind=':8081' is not allowed: write the host"),
+            (["serve", "app:app", "--health-bind", "8081"], "--health-bind='8081' is not allowed: expected HOST:PORT"),
+            (["serve", "app:app", "--health-bind", ""], "--health-bind needs an address, such as 0.0.0.0:8081"),
             (["serve"], "the following arguments are required: MODULE:APP"),
         ],
     )
@@ -141,3 +144,20 @@ class TestServeStartUpErrors:
             port = taken.getsockname()[1]
             status, output = run_serve(processes, "examples.wsgi_app:app", "--bind", f"127.0.0.1:{port}")
         assert status == 1 and "in use" in output and "Traceback" not in output
+
+    def test_health_port_in_use_exits_1(self, processes: Processes) -> None:
+        """A health port another socket holds makes serve exit 1 with one line naming it, no traceback."""
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            port = taken.getsockname()[1]
+            status, output = run_serve(
+                processes, "examples.wsgi_app:app", "--bind", "127.0.0.1:0", "--health-bind", f"127.0.0.1:{port}"
+            )
+        assert status == 1 and "Traceback" not in output
+        assert f"cannot listen on the health port 127.0.0.1:{port}: [Errno 98] Address already in use" in output
+
+    def test_bad_health_bind_variable_exits_2(self, processes: Processes) -> None:
+        """GRACEFUL_HEALTH_BIND=:8081 exits 2 naming it, before anything listens."""
+        status, output = run_serve(processes, "examples.wsgi_app:app", GRACEFUL_HEALTH_BIND=":8081")
+        assert status == 2 and "GRACEFUL_HEALTH_BIND=':8081' is not allowed" in output and "Traceback" not in output

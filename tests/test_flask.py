@@ -279,6 +279,15 @@ class TestConfig:
         ext = Graceful(make_app(GRACEFUL_SHUTDOWN_DELAY=2), shutdown_delay=1)
         assert ext.lifecycle.config.shutdown_delay == 1.0
 
+    def test_health_bind_from_app_config_or_keyword(self) -> None:
+        """GRACEFUL_HEALTH_BIND in app.config, or health_bind=, sets the health port's address; a bad one fails."""
+        assert str(Graceful(make_app(GRACEFUL_HEALTH_BIND="0.0.0.0:8081")).lifecycle.config.health_address) == (
+            "0.0.0.0:8081"
+        )
+        assert Graceful(make_app(), health_bind="127.0.0.1:9000").lifecycle.config.health_bind == "127.0.0.1:9000"
+        with pytest.raises(ConfigError, match="GRACEFUL_HEALTH_BIND=':8081' is not allowed"):
+            Graceful(make_app(GRACEFUL_HEALTH_BIND=":8081"))
+
     def test_bad_value_fails_at_init(self) -> None:
         """A bad app.config value raises ConfigError naming the key."""
         with pytest.raises(ConfigError, match="GRACEFUL_DRAIN_TIMEOUT"):

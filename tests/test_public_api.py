@@ -51,6 +51,7 @@ class TestPublicPaths:
             "on_starting",
             "post_fork",
             "post_worker_init",
+            "pre_exec",
             "pre_request",
             "when_ready",
             "worker_exit",

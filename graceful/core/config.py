@@ -27,6 +27,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from graceful.core.budget import Budget
+from graceful.healthport.address import ALLOWED as _ADDRESSES
+from graceful.healthport.address import HealthAddress, parse_address
 
 __all__ = ["Config", "ConfigError", "env_name"]
 
@@ -45,11 +47,13 @@ def env_name(field: str) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class _Rule:
-    kind: type  # float, int or bool
+    kind: type  # float, int, bool, or str (an address)
     minimum: float = 0.0
     strictly_positive: bool = False
 
     def allowed(self) -> str:
+        if self.kind is str:
+            return _ADDRESSES
         if self.kind is bool:
             return "one of true/false, yes/no, on/off, 1/0"
         noun = "a whole number" if self.kind is int else "a finite number of seconds"
@@ -66,6 +70,7 @@ _RULES: dict[str, _Rule] = {
     "grace_period": _Rule(float, strictly_positive=True),
     "max_in_flight": _Rule(int),
     "expose_check_errors": _Rule(bool),
+    "health_bind": _Rule(str),
 }
 
 
@@ -75,6 +80,12 @@ def _bad(source: str, value: object, rule: _Rule) -> ConfigError:
 
 def _parse(source: str, raw: object, rule: _Rule) -> Any:
     """Turn a raw value (string from the environment, or a Python value) into a checked one."""
+    if rule.kind is str:
+        try:
+            parse_address(source, raw)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        return str(raw).strip()
     if rule.kind is bool:
         if isinstance(raw, bool):
             return raw
@@ -120,6 +131,9 @@ class Config:
     requests get ``429`` at once instead of queueing.
     ``expose_check_errors``: show a failing check's reason in ``?verbose``
     output (off: ``reason withheld``; the real error always goes to the log).
+    ``health_bind``: the health port's address, such as ``0.0.0.0:8081``
+    (:mod:`graceful.healthport.address` lists the forms): probes answered on
+    it by a thread that never waits for the app. Empty (the default): off.
 
     Raises :class:`ConfigError` for any value out of range, and when the
     budget (see :meth:`check_budget`) does not fit ``grace_period``.
@@ -133,6 +147,7 @@ class Config:
     grace_period: float = 30.0
     max_in_flight: int = 0
     expose_check_errors: bool = False
+    health_bind: str = ""
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -171,6 +186,11 @@ class Config:
         if overrides:
             raise TypeError(f"unknown graceful setting(s): {', '.join(sorted(overrides))}")
         return cls(**values)
+
+    @property
+    def health_address(self) -> HealthAddress | None:
+        """``health_bind`` parsed; None when the health port is off."""
+        return parse_address(env_name("health_bind"), self.health_bind)
 
     def replace(self, **changes: Any) -> Config:
         """Return a copy with some fields changed (validated again)."""

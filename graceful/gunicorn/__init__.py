@@ -4,4 +4,5 @@
 - :mod:`.master` the arbiter's part: SIGTERM to Gunicorn's own stop (master process)
 - :mod:`.worker` each worker's part: readiness, admission, drain, cleanup (worker processes)
 - :mod:`.shared` the pipes the master and its forked workers share
+- :mod:`.health` the health port: served by the master, fed by each worker (``GRACEFUL_HEALTH_BIND``)
 """

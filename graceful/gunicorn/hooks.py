@@ -4,7 +4,9 @@ Every function here is a Gunicorn server hook, and each docstring says where
 Gunicorn runs it: the master (``on_starting``, ``when_ready``, ``on_reload``,
 ``on_exit``) hands to :mod:`graceful.gunicorn.master`; a worker
 (``post_fork``, ``post_worker_init``, ``pre_request``, ``worker_exit``) to
-:mod:`graceful.gunicorn.worker`. A config that defines one of them itself
+:mod:`graceful.gunicorn.worker`; the health port (``GRACEFUL_HEALTH_BIND``)
+to :mod:`graceful.gunicorn.health`, in ``post_worker_init`` and in
+``pre_exec`` (the USR2 re-exec child). A config that defines one of them itself
 calls ours from it (``graceful.conf.post_fork(server, worker)``).
 
 Settings come from ``GRACEFUL_*`` environment variables (see
@@ -25,6 +27,7 @@ from typing import Any
 from graceful.core.budget import derived_graceful_timeout, graceful_timeout_problem
 from graceful.core.config import ConfigError
 from graceful.core.default import default_lifecycle
+from graceful.gunicorn.health import start_worker_health
 from graceful.gunicorn.master import MasterShutdown
 from graceful.gunicorn.worker import WorkerShutdown
 
@@ -35,6 +38,7 @@ __all__ = [
     "on_starting",
     "post_fork",
     "post_worker_init",
+    "pre_exec",
     "pre_request",
     "when_ready",
     "worker_exit",
@@ -111,11 +115,21 @@ def post_fork(server: Any, worker: Any) -> None:
     worker.graceful = WorkerShutdown(
         worker, default_lifecycle, master.shared, master.on_signal, master.workers_own_listeners()
     )
+    #: This worker's copy of the master's health port: the pipe its records go to (None: the port is off).
+    worker.graceful_health = master.health
 
 
 def post_worker_init(worker: Any) -> None:
-    """Worker, main thread, app loaded: wrap the app, start post-start hooks and the watch thread."""
+    """Worker, main thread, app loaded: wrap the app, start post-start hooks, the watch and health threads."""
     worker.graceful.start()
+    start_worker_health(worker, default_lifecycle, worker.graceful_health)
+
+
+def pre_exec(server: Any) -> None:
+    """The master's USR2 re-exec child, before exec: hand the health port's socket on to the new master."""
+    health = server.graceful.health
+    if health is not None:
+        health.pre_exec()
 
 
 def pre_request(worker: Any, req: Any) -> None:

@@ -34,6 +34,7 @@ from gunicorn import systemd
 
 from graceful.core.budget import seconds_left
 from graceful.core.lifecycle import Lifecycle
+from graceful.gunicorn.health import MasterHealth
 from graceful.gunicorn.shared import SharedState
 from graceful.process.exit import exit_process
 from graceful.process.sockets import close_after_queue_drains
@@ -70,6 +71,8 @@ class MasterShutdown:
         self._quick = False
         lifecycle.adapter = self
         lifecycle.subscribe(self.on_signal)
+        #: The health port (GRACEFUL_HEALTH_BIND), bound already; None when it is off.
+        self.health = MasterHealth.create(server, lifecycle)
 
     # -- main thread ------------------------------------------------------------
 
@@ -82,6 +85,8 @@ class MasterShutdown:
         exits 1.
         """
         self.server.handle_term = self.handle_term
+        if self.health is not None:
+            self.health.start()
         self._trap = SignalTrap(lambda _signum: None, signals=(), exit=self._exit_now).start(armed=True)
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
             self._gunicorn_handlers[signum] = signal.getsignal(signum)

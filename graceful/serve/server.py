@@ -32,6 +32,10 @@ Threads, and what runs on each:
 ``graceful-signals``, ``graceful-shutdown``
     the trap's thread and the lifecycle's timeline; the shutdown thread calls
     :meth:`GracefulServer.stop_listening`.
+``graceful-health``, ``graceful-health-port``
+    with ``health_bind`` (``--health-bind``, ``GRACEFUL_HEALTH_BIND``): the
+    health port, answering probes while every request thread is busy
+    (:mod:`graceful.healthport.local`); it answers until :func:`serve` returns.
 
 Keep-alive: HTTP/1.1 connections stay open between requests for
 ``keep_alive`` seconds (0 turns keep-alive off). Once ShutdownInitiated has
@@ -60,11 +64,15 @@ from typing import TYPE_CHECKING
 
 from werkzeug.serving import BaseWSGIServer
 
+from graceful.core.config import ConfigError
 from graceful.core.lifecycle import Lifecycle
+from graceful.healthport.address import HealthAddress, parse_address
+from graceful.healthport.local import LocalHealth
 from graceful.process.sockets import close_after_queue_drains
 from graceful.process.trap import SignalTrap
 from graceful.serve.connection import IO_TIMEOUT, Connection, RequestHandler
 from graceful.serve.loading import AppImportError, load_app, wrap_app
+from graceful.wsgi.middleware import find_middleware
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import WSGIApplication
@@ -482,6 +490,7 @@ def serve(
     lifecycle: Lifecycle | None = None,
     keep_alive: float = DEFAULT_KEEP_ALIVE,
     access_log: bool = True,
+    health_bind: str | None = None,
 ) -> int:
     """Serve ``app`` until a SIGTERM/SIGINT shutdown completes; return the exit status (0).
 
@@ -493,11 +502,29 @@ def serve(
     signal ends the process with status 1 at once. Call
     ``lifecycle.exit(status)`` afterwards to end the process without waiting
     for hung hook threads.
+
+    ``health_bind`` (default: the config's ``health_bind``,
+    ``GRACEFUL_HEALTH_BIND``) adds the health port on that address; a bad one
+    raises :class:`graceful.ConfigError`, one that cannot be bound is logged
+    and returns 1.
     """
     app, lifecycle = wrap_app(app, lifecycle)
     lifecycle.check_budget()  # reads the config: a bad GRACEFUL_* value raises here
+    address = _health_address(health_bind, lifecycle)
     server = GracefulServer(host, port, app, lifecycle, threads=threads, keep_alive=keep_alive, access_log=access_log)
     lifecycle.adapter = server
+    health = None
+    if address is not None:
+        middleware = find_middleware(app, lifecycle)
+        assert middleware is not None, "wrap_app wrapped it"
+        health = LocalHealth(lifecycle, (middleware.inner or middleware).health, address)
+        try:
+            health.start()
+        except OSError as exc:
+            logger.error("graceful: cannot listen on the health port %s: %s", address, exc)
+            health.close()
+            server.server_close()
+            return 1
     trap = SignalTrap(lambda _signum: lifecycle.request_shutdown()).install()
     try:
         server.start()
@@ -514,6 +541,18 @@ def serve(
         return status
     finally:
         trap.uninstall()
+        if health is not None:
+            health.close()
+
+
+def _health_address(health_bind: str | None, lifecycle: Lifecycle) -> HealthAddress | None:
+    """``health_bind`` parsed (raises ConfigError), else the config's; None: no health port."""
+    if health_bind is None:
+        return lifecycle.config.health_address
+    try:
+        return parse_address("health_bind", health_bind)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _wait_for_cleanup(server: GracefulServer, lifecycle: Lifecycle) -> int:

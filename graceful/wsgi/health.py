@@ -24,10 +24,19 @@ names that match nothing (they do not fail the probe), then ``readyz check
 passed`` or ``readyz check failed``. The failure reason is shown only when
 ``config.expose_check_errors`` is true; the real reason always goes to the log.
 
+Logging, once per change and never once per probe: a user check is logged
+where it runs when it starts failing (with the traceback when it raised),
+when its reason changes and when it passes again (:class:`HealthChecks`); a
+probe's answer is logged when the set of checks failing it changes
+(:class:`FailureLog`): a ``/readyz`` failing every second through the whole
+shutdown delay is one line, the expected answer, not news.
+
 Everything here is independent of WSGI: :class:`HealthChecks.respond` takes
 an endpoint, an optional check name and a query string and returns a status
-and a body; :mod:`graceful.middleware` routes HTTP to it. Thread-safe: request
-threads probe concurrently. Under Gunicorn each worker has its own checks.
+and a body; :mod:`graceful.wsgi.probes` routes HTTP to it. The health port
+(:mod:`graceful.healthport`) answers from results evaluated earlier, with the
+same rendering: :func:`respond_with`. Thread-safe: request threads probe
+concurrently. Under Gunicorn each worker has its own checks.
 """
 
 from __future__ import annotations
@@ -37,6 +46,7 @@ import json
 import logging
 import math
 import threading
+from collections.abc import Sequence
 from urllib.parse import unquote_plus
 
 from graceful.core.hooks import Hook
@@ -49,11 +59,16 @@ __all__ = [
     "HEALTHZ",
     "LIVEZ",
     "READYZ",
+    "POST_START_PREFIX",
+    "PING",
+    "SHUTDOWN",
     "CheckResult",
+    "FailureLog",
     "HealthChecks",
     "HealthQuery",
     "HealthReport",
     "HealthResponse",
+    "respond_with",
 ]
 
 logger = logging.getLogger(__name__)
@@ -122,11 +137,25 @@ class HealthQuery:
 
 @dataclasses.dataclass(frozen=True)
 class HealthReport:
-    """Every check of one probe of one endpoint, in order, and the exclusions that matched nothing."""
+    """Every check of one probe of one endpoint, in order, and the exclusions that matched nothing.
+
+    ``notes`` are more ``warn:`` lines that do not fail the probe (the health
+    port's: a check failing in some Gunicorn workers only).
+    """
 
     endpoint: str
     results: tuple[CheckResult, ...]
     unmatched: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @classmethod
+    def excluding(
+        cls, endpoint: str, items: Sequence[CheckResult], exclude: tuple[str, ...], notes: tuple[str, ...] = ()
+    ) -> HealthReport:
+        """The report of results already evaluated, the ``exclude`` names marked excluded (passing)."""
+        excluded = set(exclude)
+        results = tuple(CheckResult(r.name, True, excluded=True) if r.name in excluded else r for r in items)
+        return cls(endpoint, results, _unmatched(excluded, items), notes)
 
     @property
     def ok(self) -> bool:
@@ -146,6 +175,7 @@ class HealthReport:
         if self.unmatched:
             quoted = ",".join(json.dumps(name, ensure_ascii=False) for name in sorted(self.unmatched))
             lines.append(f"warn: some health checks cannot be excluded: no matches for {quoted}")
+        lines.extend(f"warn: {note}" for note in self.notes)
         lines.append(f"{self.endpoint} check {'passed' if self.ok else 'failed'}")
         return "\n".join(lines) + "\n"
 
@@ -161,13 +191,15 @@ class HealthResponse:
 class _Run:
     """One execution of one user check on its own thread."""
 
-    __slots__ = ("done", "hook", "result", "started_at")
+    __slots__ = ("done", "error", "hook", "result", "started_at")
 
     def __init__(self, hook: Hook, started_at: float) -> None:
         self.hook = hook
         self.started_at = started_at
         self.done = threading.Event()
         self.result: CheckResult | None = None
+        #: What the check raised, for the log line when it starts failing so.
+        self.error: BaseException | None = None
 
 
 class HealthChecks:
@@ -196,6 +228,9 @@ class HealthChecks:
         self._lock = threading.Lock()
         self._running: dict[tuple[str, str], _Run] = {}
         self._cache: dict[tuple[str, str], tuple[CheckResult, float]] = {}
+        #: Each user check's last outcome (ok, reason), under the lock: its log line is written on a change.
+        self._states: dict[tuple[str, str], tuple[bool, str | None]] = {}
+        self._failures = FailureLog()
 
     # -- what runs where -----------------------------------------------------
 
@@ -231,18 +266,34 @@ class HealthChecks:
         if only is not None:
             items = [item for item in items if item.name == only]
         excluded = set(exclude)
-        unmatched = tuple(excluded - {item.name for item in items})
-        pending: list[CheckResult | _Run] = []
+        pending: list[CheckResult | tuple[Hook, CheckResult | _Run]] = []
         for item in items:
             if item.name in excluded:
                 pending.append(CheckResult(item.name, True, excluded=True))
             elif isinstance(item, CheckResult):
                 pending.append(item)
             else:
-                pending.append(self._start(item))
+                pending.append((item, self._start(item)))
         deadline = self.lifecycle.clock.now() + self.check_timeout
-        results = tuple(self._collect(entry, deadline) for entry in pending)
-        return HealthReport(endpoint, results, unmatched)
+        results = tuple(e if isinstance(e, CheckResult) else self._settle(*e, deadline) for e in pending)
+        return HealthReport(endpoint, results, _unmatched(excluded, items))
+
+    def run_user_checks(self) -> tuple[tuple[CheckResult, ...], tuple[CheckResult, ...]]:
+        """Run every liveness and every readiness check at once; return (liveness, readiness) results.
+
+        The health port's runner calls this once a second (the
+        ``graceful-health`` thread of each serving process), sharing the runs
+        in progress and the cache with the probes of the app's port. Returns
+        within about ``check_timeout``.
+        """
+        registry = self.lifecycle.registry
+        live = [(hook, self._start(hook)) for hook in registry.hooks(LIVENESS_CHECK)]
+        ready = [(hook, self._start(hook)) for hook in registry.hooks(READINESS_CHECK)]
+        deadline = self.lifecycle.clock.now() + self.check_timeout
+        return (
+            tuple(self._settle(hook, entry, deadline) for hook, entry in live),
+            tuple(self._settle(hook, entry, deadline) for hook, entry in ready),
+        )
 
     def _start(self, hook: Hook) -> CheckResult | _Run:
         """Return a cached result, the run already in progress, or a newly started run."""
@@ -269,8 +320,9 @@ class HealthChecks:
         hook = run.hook
         try:
             value = hook.fn()
-        except BaseException as exc:  # even SystemExit in a check is only a failed check
-            logger.warning("graceful: %s %r raised", hook.kind, hook.name, exc_info=True)
+        # Even SystemExit in a check is only a failed check; _note logs it with its traceback.
+        except BaseException as exc:  # noqa: BLE001
+            run.error = exc
             result = CheckResult(hook.name, False, f"{type(exc).__name__}: {exc}")
         else:
             result = CheckResult(hook.name, value is not False, None if value is not False else "returned False")
@@ -286,13 +338,34 @@ class HealthChecks:
                 self._cache[key] = (result, self.lifecycle.clock.now())
         run.done.set()
 
-    def _collect(self, entry: CheckResult | _Run, deadline: float) -> CheckResult:
+    def _settle(self, hook: Hook, entry: CheckResult | _Run, deadline: float) -> CheckResult:
+        """A user check's result for this probe (waiting for its run until ``deadline``); logs a change."""
+        error = None
         if isinstance(entry, CheckResult):
-            return entry
-        clock = self.lifecycle.clock
-        if clock.wait(entry.done, deadline - clock.now()) and entry.result is not None:
-            return entry.result
-        return CheckResult(entry.hook.name, False, TIMED_OUT)
+            result = entry
+        else:
+            clock = self.lifecycle.clock
+            if clock.wait(entry.done, deadline - clock.now()) and entry.result is not None:
+                result, error = entry.result, entry.error
+            else:
+                result = CheckResult(hook.name, False, TIMED_OUT)
+        self._note(hook, result, error)
+        return result
+
+    def _note(self, hook: Hook, result: CheckResult, error: BaseException | None) -> None:
+        """Log a user check that starts failing, fails for another reason, or passes again; else nothing."""
+        key = (hook.kind, hook.name)
+        state = (result.ok, result.reason)
+        with self._lock:
+            previous = self._states.get(key)
+            if previous == state:
+                return
+            self._states[key] = state
+        if not result.ok:
+            exc_info = (type(error), error, error.__traceback__) if error is not None else None
+            logger.warning("graceful: %s %r failing: %s", hook.kind, hook.name, result.reason, exc_info=exc_info)
+        elif previous is not None:
+            logger.info("graceful: %s %r passes again", hook.kind, hook.name)
 
     # -- one probe ---------------------------------------------------------------
 
@@ -304,38 +377,103 @@ class HealthChecks:
 
         200 ``ok`` on a pass (the listing with ``?verbose``); 503 and the listing
         on a failure; 404 for an unknown ``check``. Logs the failing checks with
-        their real reasons. The first passing ``/readyz`` that excludes nothing
-        fires HasBeenReady. Never raises for any query string.
+        their real reasons when they change (:class:`FailureLog`). The first
+        passing ``/readyz`` that excludes nothing fires HasBeenReady. Never
+        raises for any query string.
         """
         query = HealthQuery.parse(query_string)
         if check is not None:
             check = _wsgi_text(check)
             report = self.evaluate(endpoint, only=check)
             if not report.results:
-                return HealthResponse(404, f"no {endpoint} check named {json.dumps(check, ensure_ascii=False)}\n")
+                return _not_found(endpoint, check)
         else:
             report = self.evaluate(endpoint, exclude=query.exclude)
-        if report.ok:
-            if endpoint == READYZ and check is None and not query.exclude:
-                has_been_ready = self.lifecycle.has_been_ready
-                if not has_been_ready.is_set():
-                    has_been_ready.fire()
-        else:
-            self._log_failure(report, check)
-        expose = self.lifecycle.config.expose_check_errors
-        return HealthResponse(200 if report.ok else 503, report.render(verbose=query.verbose, expose_errors=expose))
+        return _conclude(self.lifecycle, report, check, query, self._failures)
 
-    def _log_failure(self, report: HealthReport, check: str | None) -> None:
+
+class FailureLog:
+    """Logs a probe's failure once per phase: when the set of checks failing it changes.
+
+    A probe every second that fails for the same checks (``/readyz`` through
+    the whole shutdown delay) is the expected answer, not news: one line, with
+    the reasons, when it starts failing; one when another check fails or one
+    recovers; one when it passes again. A reason that changes alone (counts of
+    workers) logs nothing: the process running a user check logs its changes.
+    INFO while ``shutdown`` is among the failures (a shutdown is the plan,
+    and workers stop at its end), WARNING otherwise. Keyed by path
+    (``/readyz``, ``/readyz/<known check>``): bounded whatever clients send.
+    Thread-safe (the app port's request threads share one).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._failing: dict[str, tuple[str, ...]] = {}
+
+    def record(self, path: str, report: HealthReport) -> None:
+        """Note one answer of ``path``; log it only when its failing checks changed."""
         failed = report.failed
-        path = f"/{report.endpoint}" if check is None else f"/{report.endpoint}/{check}"
-        # Failing /readyz only because of the shutdown is the plan, not a problem.
-        level = logging.INFO if [r.name for r in failed] == [SHUTDOWN] else logging.WARNING
-        logger.log(
-            level,
-            "graceful: %s check failed: %s",
-            path,
-            "; ".join(f"{r.name}: {r.reason}" for r in failed),
-        )
+        names = tuple(r.name for r in failed)
+        with self._lock:
+            if names == self._failing.get(path, ()):
+                return
+            self._failing[path] = names
+        if not failed:
+            logger.info("graceful: %s check passes again", path)
+            return
+        level = logging.INFO if SHUTDOWN in names else logging.WARNING
+        logger.log(level, "graceful: %s check failed: %s", path, "; ".join(f"{r.name}: {r.reason}" for r in failed))
+
+
+def respond_with(
+    lifecycle: Lifecycle,
+    items: Sequence[CheckResult],
+    endpoint: str,
+    check: str | None,
+    query_string: str,
+    *,
+    failure_log: FailureLog,
+    notes: tuple[str, ...] = (),
+) -> HealthResponse:
+    """Answer a probe from checks already evaluated (the health port's), as :meth:`HealthChecks.respond` does.
+
+    The same answer for the same results: ``?verbose``, ``?exclude`` (the
+    names marked excluded), ``/endpoint/<check>`` (404 when no item has that
+    name), ``notes`` as ``warn:`` lines, HasBeenReady on the first full pass of
+    ``lifecycle``, the failures logged by ``failure_log``. Never raises.
+    """
+    query = HealthQuery.parse(query_string)
+    if check is not None:
+        check = _wsgi_text(check)
+        chosen = tuple(item for item in items if item.name == check)
+        if not chosen:
+            return _not_found(endpoint, check)
+        report = HealthReport(endpoint, chosen)
+    else:
+        report = HealthReport.excluding(endpoint, items, query.exclude, notes)
+    return _conclude(lifecycle, report, check, query, failure_log)
+
+
+def _conclude(
+    lifecycle: Lifecycle, report: HealthReport, check: str | None, query: HealthQuery, failures: FailureLog
+) -> HealthResponse:
+    """The answer to a report: HasBeenReady on a full pass, the failure log, the status and body."""
+    if report.ok and report.endpoint == READYZ and check is None and not query.exclude:
+        has_been_ready = lifecycle.has_been_ready
+        if not has_been_ready.is_set():
+            has_been_ready.fire()
+    failures.record(f"/{report.endpoint}" if check is None else f"/{report.endpoint}/{check}", report)
+    expose = lifecycle.config.expose_check_errors
+    return HealthResponse(200 if report.ok else 503, report.render(verbose=query.verbose, expose_errors=expose))
+
+
+def _not_found(endpoint: str, check: str) -> HealthResponse:
+    return HealthResponse(404, f"no {endpoint} check named {json.dumps(check, ensure_ascii=False)}\n")
+
+
+def _unmatched(excluded: set[str], items: Sequence[CheckResult | Hook]) -> tuple[str, ...]:
+    """The ``?exclude`` names no check has, in a stable order."""
+    return tuple(sorted(excluded - {item.name for item in items}))
 
 
 def _wsgi_text(value: str) -> str:

@@ -19,7 +19,7 @@ from graceful.wsgi.replies import NOT_ALLOWED, reply
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIEnvironment
 
-__all__ = ["CHECK_PREFIXES", "ROOT_PATHS", "answer_probe", "is_probe_path"]
+__all__ = ["CHECK_PREFIXES", "ROOT_PATHS", "answer_probe", "is_probe_path", "probe_target"]
 
 logger = logging.getLogger(__name__)
 
@@ -35,15 +35,25 @@ def is_probe_path(path: str) -> bool:
     return "z" in path and (path in ROOT_PATHS or path.startswith(CHECK_PREFIXES))
 
 
+def probe_target(path: str) -> tuple[str, str | None]:
+    """The endpoint and check a health path asks for: ``/readyz`` -> ``("readyz", None)``,
+    ``/readyz/poststarthook/warm`` -> ``("readyz", "poststarthook/warm")`` (``""`` for ``/readyz/``).
+
+    ``path`` must be one :func:`is_probe_path` accepts. The app's port and the health port both route so.
+    """
+    endpoint = ROOT_PATHS.get(path)
+    if endpoint is not None:
+        return endpoint, None
+    endpoint, _, check = path[1:].partition("/")
+    return endpoint, check
+
+
 def answer_probe(
     health: HealthChecks, environ: WSGIEnvironment, start_response: StartResponse, path: str
 ) -> Iterable[bytes]:
     """Answer the health path ``path``; anything unexpected becomes a logged 500, never an exception."""
     try:
-        endpoint = ROOT_PATHS.get(path)
-        check = None
-        if endpoint is None:
-            endpoint, _, check = path[1:].partition("/")
+        endpoint, check = probe_target(path)
         if environ.get("REQUEST_METHOD") not in ("GET", "HEAD"):
             return reply(environ, start_response, 405, NOT_ALLOWED, allow="GET, HEAD")
         query = environ.get("QUERY_STRING")

@@ -2,7 +2,10 @@
 
 Every one has ``text/plain; charset=utf-8``, ``X-Content-Type-Options:
 nosniff`` and ``Cache-Control: no-store``, a ``Content-Length``, and no body
-for HEAD. Runs on the request thread that answers (under Gunicorn: a worker's).
+for HEAD. :func:`reply` runs on the request thread that answers (under
+Gunicorn: a worker's); the health port (:mod:`graceful.healthport.request`,
+on its own thread) writes the same status lines and headers from
+:data:`STATUS` and :func:`headers_for`, plus its 400 and 431 for bad input.
 """
 
 from __future__ import annotations
@@ -16,9 +19,11 @@ __all__ = ["NOT_ALLOWED", "SHUTTING_DOWN", "STATUS", "TOO_MANY", "headers_for", 
 
 STATUS = {
     200: "200 OK",
+    400: "400 Bad Request",
     404: "404 Not Found",
     405: "405 Method Not Allowed",
     429: "429 Too Many Requests",
+    431: "431 Request Header Fields Too Large",
     500: "500 Internal Server Error",
     503: "503 Service Unavailable",
 }

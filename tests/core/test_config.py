@@ -18,6 +18,7 @@ class TestDefaults:
         c = Config()
         assert (c.shutdown_delay, c.drain_timeout, c.hook_timeout) == (5.0, 15.0, 5.0)
         assert (c.send_retry_after, c.retry_after, c.grace_period, c.max_in_flight) == (False, 5, 30.0, 0)
+        assert (c.health_bind, c.health_address) == ("", None)  # the health port is off
 
     def test_env_names_are_prefixed_upper_case(self) -> None:
         """Each field's variable is GRACEFUL_ plus its upper-case name."""
@@ -66,6 +67,9 @@ class TestValidation:
             ("GRACEFUL_RETRY_AFTER", "1.5", "a whole number >= 0"),
             ("GRACEFUL_MAX_IN_FLIGHT", "-3", "a whole number >= 0"),
             ("GRACEFUL_EXPOSE_CHECK_ERRORS", "2", "one of true/false"),
+            ("GRACEFUL_HEALTH_BIND", ":8081", "write the host"),
+            ("GRACEFUL_HEALTH_BIND", "8081", "HOST:PORT (such as 0.0.0.0:8081"),
+            ("GRACEFUL_HEALTH_BIND", "::1:8081", "in brackets"),
         ],
     )
     def test_bad_environment_value_names_variable_value_and_form(self, var: str, value: str, allowed: str) -> None:
@@ -100,6 +104,18 @@ class TestValidation:
         c = Config.load({"GRACEFUL_SHUTDOWN_DELAY": " 2.5 ", "GRACEFUL_MAX_IN_FLIGHT": "10"})
         assert c.shutdown_delay == 2.5 and c.max_in_flight == 10 and isinstance(c.max_in_flight, int)
 
+    def test_health_bind_from_each_source(self) -> None:
+        """GRACEFUL_HEALTH_BIND from the environment, Flask's app.config or a keyword; parsed on request."""
+        assert Config.load({"GRACEFUL_HEALTH_BIND": " 0.0.0.0:8081 "}).health_bind == "0.0.0.0:8081"
+        from_mapping = Config.load({}, {"GRACEFUL_HEALTH_BIND": "[::]:9000"})
+        assert str(from_mapping.health_address) == "[::]:9000"
+        assert Config(health_bind="unix:/run/h.sock").health_address is not None
+
+    def test_health_bind_must_be_text(self) -> None:
+        """A number for health_bind (app.config) is refused with the forms allowed."""
+        with pytest.raises(ConfigError, match=r"GRACEFUL_HEALTH_BIND=8081 is not allowed: expected HOST:PORT"):
+            Config.load({}, {"GRACEFUL_HEALTH_BIND": 8081})
+
     @given(st.floats(allow_nan=True, allow_infinity=True))
     def test_any_float_is_accepted_or_refused_with_config_error(self, x: float) -> None:
         """A float for shutdown_delay is either valid (finite, >= 0) or a ConfigError; nothing else."""
@@ -108,6 +124,16 @@ class TestValidation:
         elif not (math.isfinite(x) and x > 9):
             with pytest.raises(ConfigError):
                 Config(shutdown_delay=x)
+
+    @given(st.text())
+    def test_any_health_bind_is_parsed_or_refused_with_config_error(self, text: str) -> None:
+        """Arbitrary text for GRACEFUL_HEALTH_BIND is an address, off, or a ConfigError naming it."""
+        try:
+            config = Config.load({"GRACEFUL_HEALTH_BIND": text})
+        except ConfigError as exc:
+            assert str(exc).startswith(f"GRACEFUL_HEALTH_BIND={text!r} is not allowed: ")
+        else:
+            assert (config.health_address is None) == (not text.strip())
 
     @given(st.text())
     def test_any_text_is_parsed_or_refused_with_config_error(self, text: str) -> None:

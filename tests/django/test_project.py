@@ -8,9 +8,11 @@ that writes one marker file per process. Its wsgi.py is Django's own.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import signal
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -136,14 +138,27 @@ class TestGracefulSettings:
         assert server.exit_code(30) != 0
         server.wait_for(r"ConfigError: settings\.GRACEFUL gives GRACEFUL_SHUTDOWN_DELAY=2\.5.*graceful\.django\.conf")
 
+    def test_the_health_port_from_settings(self, django_gunicorn: Start) -> None:
+        """settings.GRACEFUL's HEALTH_BIND reaches the master under graceful.django.conf: the port answers."""
+        port = free_port()
+        server = django_gunicorn({"HEALTH_BIND": f"127.0.0.1:{port}"})
+        server.wait_for(rf"graceful: health port listening on 127\.0\.0\.1:{port}")
+        deadline = time.monotonic() + 20
+        status = 0
+        while status != 200 and time.monotonic() < deadline:
+            with contextlib.suppress(requests.RequestException):
+                status = requests.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code
+            time.sleep(0.1)
+        assert status == 200
+
     def test_an_unknown_key_stops_the_master_with_one_line(self, django_gunicorn: Start) -> None:
         """A misspelt key: the master exits 1 at once with the config error, no traceback."""
         server = django_gunicorn({"SHUTDOWN_DELY": 1}, ready=False)
         assert server.exit_code(30) == 1
         assert server.lines == [
             "graceful: GRACEFUL_SHUTDOWN_DELY is not a graceful setting: expected one of GRACEFUL_DRAIN_TIMEOUT,"
-            " GRACEFUL_EXPOSE_CHECK_ERRORS, GRACEFUL_GRACE_PERIOD, GRACEFUL_HOOK_TIMEOUT, GRACEFUL_MAX_IN_FLIGHT,"
-            " GRACEFUL_RETRY_AFTER, GRACEFUL_SEND_RETRY_AFTER, GRACEFUL_SHUTDOWN_DELAY"
+            " GRACEFUL_EXPOSE_CHECK_ERRORS, GRACEFUL_GRACE_PERIOD, GRACEFUL_HEALTH_BIND, GRACEFUL_HOOK_TIMEOUT,"
+            " GRACEFUL_MAX_IN_FLIGHT, GRACEFUL_RETRY_AFTER, GRACEFUL_SEND_RETRY_AFTER, GRACEFUL_SHUTDOWN_DELAY"
         ]
 
     def test_without_django_settings_module_the_master_stops_with_one_line(

@@ -481,11 +481,11 @@ def serve_app(processes: Processes) -> Iterator[Callable[..., Served]]:
     """Start `python -m graceful serve tests.live.server_app:app` on a free port; kill it at the end."""
     started: list[Served] = []
 
-    def start(*, console_script: bool = False, **env: str) -> Served:
+    def start(*, console_script: bool = False, args: tuple[str, ...] = ("--threads", "8"), **env: str) -> Served:
         base = {key: value for key, value in os.environ.items() if not key.startswith("GRACEFUL_")}
         full_env = {**base, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1", **SETTINGS, **env}
         command = [CONSOLE_SCRIPT] if console_script else [sys.executable, "-m", "graceful"]
-        argv = [*command, "serve", TEST_APP, "--bind", "127.0.0.1:0", "--threads", "8", "--no-access-log"]
+        argv = [*command, "serve", TEST_APP, "--bind", "127.0.0.1:0", *args, "--no-access-log"]
         served = Served(processes.start(argv, env=full_env))
         started.append(served)
         return served
@@ -666,6 +666,63 @@ def _classify(url: str) -> str:
         text = repr(reason)
         return "refused" if "ConnectionRefusedError" in text or "Connection refused" in text else f"error {text}"
     return "ok" if response.status_code == 200 else f"status {response.status_code}"
+
+
+def probe(port: int, path: str, timeout: float = 1.0) -> str:
+    """``"<status> <failing lines>"`` of one GET on a fresh connection (a 1 s timeout, as a kubelet's), or the error."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request("GET", path)
+        response = conn.getresponse()
+        failing = [line for line in response.read().decode().splitlines() if line.startswith("[-]")]
+        return " ".join([str(response.status), *failing])
+    except (OSError, http.client.HTTPException) as exc:
+        return type(exc).__name__
+    finally:
+        conn.close()
+
+
+def health_port_of(served: Served) -> int:
+    """The health port a `graceful serve` process logged it listens on."""
+    line = served.wait_for(r"health port listening on 127\.0\.0\.1:\d+")[0]
+    match = re.search(r"127\.0\.0\.1:(\d+)", line)
+    assert match is not None
+    return int(match.group(1))
+
+
+@pytest.mark.e2e
+class TestHealthPort:
+    def test_answers_while_every_request_thread_is_busy(self, serve_app: Callable[..., Served]) -> None:
+        """--threads 2 and four clients of 3 s requests: the app's port times out, the health port answers 10 of 10."""
+        served = serve_app(args=("--threads", "2", "--health-bind", "127.0.0.1:0"))
+        health = health_port_of(served)
+        with ThreadPoolExecutor(4) as pool:
+            busy = [pool.submit(get, served.url + "/slow?seconds=3") for _ in range(4)]
+            time.sleep(1.0)  # both threads busy, two requests queued behind them
+            assert probe(served.port, "/livez") == "TimeoutError"
+            answers = [probe(health, ("/livez", "/readyz")[index % 2]) for index in range(10)]
+            assert answers == ["200"] * 10
+            assert [future.result().status_code for future in busy] == [200] * 4
+
+    def test_readiness_until_exit(self, serve_app: Callable[..., Served]) -> None:
+        """GRACEFUL_HEALTH_BIND alone: 200, then 503 [-]shutdown from SIGTERM on while /livez stays 200, exit 0."""
+        served = serve_app(GRACEFUL_HEALTH_BIND="127.0.0.1:0")
+        health = health_port_of(served)
+        deadline = time.monotonic() + 10
+        while probe(health, "/readyz") != "200" and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert probe(health, "/readyz") == "200"
+        served.signal()
+        served.wait_for("SIGNAL ShutdownInitiated")
+        lives, readies = [], []
+        while served.proc.poll() is None and len(lives) < 200:
+            lives.append(probe(health, "/livez"))
+            readies.append(probe(health, "/readyz?verbose"))
+            time.sleep(0.1)
+        assert served.finish() == 0
+        # The last probes may meet the process exiting; every earlier one was answered.
+        assert len(lives) >= 5 and set(lives[:-2]) == {"200"}
+        assert set(readies[:-2]) == {"503 [-]shutdown failed: reason withheld"}
 
 
 @pytest.mark.e2e

@@ -18,9 +18,11 @@ from graceful.wsgi.health import (
     LIVEZ,
     READYZ,
     CheckResult,
+    FailureLog,
     HealthChecks,
     HealthQuery,
     HealthReport,
+    respond_with,
 )
 
 # Generous bound for "answers on time": far above check_timeout, far below a hang.
@@ -144,6 +146,25 @@ class TestHealthReport:
         bad = CheckResult("b", False, "x")
         assert HealthReport(LIVEZ, (CheckResult("a", True), bad)).failed == (bad,)
 
+    def test_notes_are_warn_lines_that_do_not_fail(self) -> None:
+        """Notes render as warn: lines after the checks and the unmatched line; the probe still passes."""
+        report = HealthReport(READYZ, (CheckResult("db", True),), ("x",), ("db failing in 1 of 2 workers",))
+        assert report.ok
+        assert report.render(verbose=True, expose_errors=False).splitlines()[-3:] == [
+            'warn: some health checks cannot be excluded: no matches for "x"',
+            "warn: db failing in 1 of 2 workers",
+            "readyz check passed",
+        ]
+        assert report.render(verbose=False, expose_errors=False) == "ok"
+
+    def test_excluding(self) -> None:
+        """excluding() marks the excluded results passing and lists the names that matched nothing."""
+        items = (CheckResult("ping", True), CheckResult("db", False, "down"))
+        report = HealthReport.excluding(READYZ, items, ("db", "nope"))
+        assert report.ok
+        assert report.results == (CheckResult("ping", True), CheckResult("db", True, excluded=True))
+        assert report.unmatched == ("nope",)
+
 
 class TestHealthChecksComposition:
     """Which checks each endpoint runs, in which order."""
@@ -214,6 +235,38 @@ class TestHealthChecksComposition:
             result = HealthChecks(lifecycle).evaluate(LIVEZ, only="db").results[0]
         assert (result.ok, result.reason) == (False, "ValueError: db down")
         assert any(record.exc_info for record in caplog.records)
+
+    def test_a_check_is_logged_once_per_change(self, lifecycle: Lifecycle, caplog: pytest.LogCaptureFixture) -> None:
+        """Raising five times logs one traceback; another reason logs again; passing again logs once."""
+        state = {"error": "db down"}
+
+        def flaky() -> bool:
+            if state["error"]:
+                raise ValueError(state["error"])
+            return True
+
+        lifecycle.readiness_check("db")(flaky)
+        checks = HealthChecks(lifecycle)
+        with caplog.at_level(logging.INFO, logger="graceful.wsgi.health"):
+            for error in ["db down"] * 5 + ["pool exhausted", "", ""]:
+                state["error"] = error
+                checks.evaluate(READYZ, only="db")
+        assert [(r.levelno, r.getMessage(), bool(r.exc_info)) for r in caplog.records] == [
+            (logging.WARNING, "graceful: readiness check 'db' failing: ValueError: db down", True),
+            (logging.WARNING, "graceful: readiness check 'db' failing: ValueError: pool exhausted", True),
+            (logging.INFO, "graceful: readiness check 'db' passes again", False),
+        ]
+
+    def test_run_user_checks(self, lifecycle: Lifecycle) -> None:
+        """run_user_checks gives every liveness and every readiness result, built-ins left out."""
+        lifecycle.liveness_check("deadlock")(lambda: True)
+        lifecycle.readiness_check("db")(lambda: False)
+        lifecycle.readiness_check("queue")(lambda: True)
+        lifecycle.post_start_hook("warm")(lambda: None)
+        assert HealthChecks(lifecycle).run_user_checks() == (
+            (CheckResult("deadlock", True),),
+            (CheckResult("db", False, "returned False"), CheckResult("queue", True)),
+        )
 
     def test_system_exit_is_a_failed_check(self, lifecycle: Lifecycle) -> None:
         """Even SystemExit from a check is only a failed check."""
@@ -438,6 +491,86 @@ class TestRespond:
         """?exclude=shutdown lets /readyz pass during shutdown, as in kube-apiserver."""
         lifecycle.initiate_shutdown()
         assert HealthChecks(lifecycle).respond(READYZ, query_string="exclude=shutdown").status == 200
+
+    def test_failing_probes_log_once_per_phase(self, lifecycle: Lifecycle, caplog: pytest.LogCaptureFixture) -> None:
+        """Probes every "second" through a shutdown log one line, not one per probe."""
+        checks = HealthChecks(lifecycle)
+        lifecycle.initiate_shutdown()
+        with caplog.at_level(logging.INFO, logger="graceful.wsgi.health"):
+            for _ in range(10):
+                assert checks.respond(READYZ).status == 503
+        assert len([r for r in caplog.records if "check failed" in r.getMessage()]) == 1
+
+
+class TestFailureLog:
+    """FailureLog: one line per change of the failing set of a path."""
+
+    def test_changes_only(self, caplog: pytest.LogCaptureFixture) -> None:
+        """Start failing, another check failing, the same again, passing again: three lines, levels by cause."""
+        log = FailureLog()
+        db = CheckResult("db", False, "down")
+        shutdown = CheckResult("shutdown", False, "process is shutting down")
+        with caplog.at_level(logging.INFO, logger="graceful.wsgi.health"):
+            log.record("/readyz", HealthReport(READYZ, (CheckResult("ping", True),)))
+            log.record("/readyz", HealthReport(READYZ, (db,)))
+            log.record("/readyz", HealthReport(READYZ, (db,)))
+            log.record("/readyz", HealthReport(READYZ, (CheckResult("db", False, "other reason"),)))
+            log.record("/readyz", HealthReport(READYZ, (db, shutdown)))
+            log.record("/readyz", HealthReport(READYZ, (CheckResult("db", True),)))
+        assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+            (logging.WARNING, "graceful: /readyz check failed: db: down"),
+            (logging.INFO, "graceful: /readyz check failed: db: down; shutdown: process is shutting down"),
+            (logging.INFO, "graceful: /readyz check passes again"),
+        ]
+
+    def test_paths_are_apart(self, caplog: pytest.LogCaptureFixture) -> None:
+        """/livez and /readyz/db keep their own failing sets."""
+        log = FailureLog()
+        report = HealthReport(READYZ, (CheckResult("db", False, "down"),))
+        with caplog.at_level(logging.INFO, logger="graceful.wsgi.health"):
+            log.record("/readyz", report)
+            log.record("/readyz/db", report)
+            log.record("/readyz", report)
+        assert [r.getMessage().split(" check")[0] for r in caplog.records] == [
+            "graceful: /readyz",
+            "graceful: /readyz/db",
+        ]
+
+
+class TestRespondWith:
+    """respond_with: the app port's answer from results evaluated elsewhere (the health port's)."""
+
+    ITEMS = (CheckResult("ping", True), CheckResult("db", False, "down"), CheckResult("shutdown", True))
+
+    def test_same_answer_as_the_app_port(self, lifecycle: Lifecycle) -> None:
+        """The same results give the same status and body as HealthChecks.respond."""
+        lifecycle.readiness_check("db")(lambda: False)
+        app_port = HealthChecks(lifecycle).respond(READYZ, query_string="verbose")
+        items = (CheckResult("ping", True), CheckResult("db", False, "returned False"), CheckResult("shutdown", True))
+        assert respond_with(lifecycle, items, READYZ, None, "verbose", failure_log=FailureLog()) == app_port
+
+    def test_per_check_exclude_and_404(self, lifecycle: Lifecycle) -> None:
+        """/readyz/<name> picks one line; ?exclude marks it; an unknown name is a 404."""
+        log = FailureLog()
+        assert respond_with(lifecycle, self.ITEMS, READYZ, "ping", "", failure_log=log).status == 200
+        assert respond_with(lifecycle, self.ITEMS, READYZ, "db", "", failure_log=log).status == 503
+        assert respond_with(lifecycle, self.ITEMS, READYZ, None, "exclude=db", failure_log=log).status == 200
+        missing = respond_with(lifecycle, self.ITEMS, READYZ, "nope", "", failure_log=log)
+        assert (missing.status, missing.body) == (404, 'no readyz check named "nope"\n')
+
+    def test_notes(self, lifecycle: Lifecycle) -> None:
+        """Notes are warn: lines of the listing."""
+        items = (CheckResult("ping", True),)
+        response = respond_with(lifecycle, items, READYZ, None, "verbose", failure_log=FailureLog(), notes=("n",))
+        assert response.body == "[+]ping ok\nwarn: n\nreadyz check passed\n"
+
+    def test_has_been_ready(self, lifecycle: Lifecycle) -> None:
+        """A full pass of /readyz fires the lifecycle's HasBeenReady; an excluding one does not."""
+        ok = (CheckResult("ping", True),)
+        respond_with(lifecycle, ok, READYZ, None, "exclude=x", failure_log=FailureLog())
+        assert not lifecycle.has_been_ready.is_set()
+        respond_with(lifecycle, ok, READYZ, None, "", failure_log=FailureLog())
+        assert lifecycle.has_been_ready.is_set()
 
 
 class TestHasBeenReady:

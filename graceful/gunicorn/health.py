@@ -1,0 +1,384 @@
+"""The health port under Gunicorn: served by the master, fed by every worker.
+
+Where it runs: a thread of the master, ``graceful-health-port``
+(:class:`~graceful.healthport.server.HealthPort`). The master never serves
+the app, so its thread answers however busy the workers are, whatever their
+class (sync, gthread, gevent: nothing here depends on it). A thread, not a
+process: nothing to reap, restart or orphan, and the master's own facts
+(ShutdownInitiated, its loop running) are read in place. Fork safety: the
+port's docstring (a gate held across each fork; the child closes the port's
+sockets, and this module's pipes).
+
+What feeds it::
+
+    each worker                                   the master
+    graceful-health thread (greenlet: gevent)     graceful-health-port thread
+      runs the app's checks every 1 s     pipe      reads the records as they come,
+      (HealthRunner), writes a record  --------->   keeps the latest per live pid,
+      (<= PIPE_BUF: one atomic,                     answers probes from them (HealthView)
+      non-blocking write)
+                                                  main thread
+                                                    murder_workers / reap_workers wrapped:
+                                                    each call is a tick of its loop
+
+:class:`HealthChannel` is one pipe made in ``on_starting``, before the first
+fork, both ends non-blocking: every worker writes whole records, so records
+never interleave, and a full pipe drops a record rather than block a worker;
+workers close the read end. Records from a pid that is not one of Gunicorn's
+live workers are dropped, and a worker's record is forgotten once it is gone.
+
+The master's loop has no per-loop hook, but it calls ``murder_workers()``
+after every wait (at most 1 s) and ``reap_workers()`` whenever a child exits
+(also from 22's SIGCHLD handler, the HUP reload wait of 27 and every stop
+loop, graceful's own included). Both are replaced on the arbiter by wrappers
+that note the time (a float attribute: safe in a signal handler), as
+``server.handle_term`` is. ``master-loop`` fails when neither ran for longer
+than the liveness bound: Gunicorn's ``timeout``, after which it kills a
+silent worker itself (30 s when the timeout is off).
+
+USR2 (binary upgrade), one master answering at a time: the old master serves
+the port until it stops. Its re-exec child inherits the listening socket and
+the read end of a hand-over pipe (``pre_exec`` names them in the child's
+environment) and stays passive: connections wait in the kernel's queue, none
+is refused. When the old master begins to stop (its ShutdownInitiated, or
+Gunicorn's ``stop()`` for a quick stop), or dies, it closes the pipe's write
+end and stops accepting; the new master reads end-of-file and answers from
+then on. The socket never closed, so no probe was refused in between.
+Another server still holding the address (not a USR2 child of ours): the
+port retries binding every 0.5 s in the background.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from graceful.core.lifecycle import Lifecycle
+from graceful.healthport.address import HealthAddress
+from graceful.healthport.runner import HealthRunner
+from graceful.healthport.server import HealthPort, register_at_fork_weakly
+from graceful.healthport.snapshot import RecordReader, Snapshot
+from graceful.healthport.view import HealthView, Heard
+from graceful.wsgi.middleware import as_middleware
+
+__all__ = ["HealthChannel", "MasterHealth", "start_worker_health"]
+
+logger = logging.getLogger(__name__)
+
+#: Seconds a worker's snapshot counts for readiness (the runner publishes every second).
+STALE_AFTER = 5.0
+#: The liveness bound (s) when Gunicorn's timeout is off (0).
+DEFAULT_LIVENESS_BOUND = 30.0
+#: Set in a USR2 re-exec's environment only. Not GRACEFUL_*: those are settings, and unknown ones are refused.
+FD_ENV = "_GRACEFUL_HEALTH_FD"
+HANDOFF_ENV = "_GRACEFUL_HEALTH_HANDOFF_FD"
+
+
+class HealthChannel:
+    """Workers -> master: whole snapshot records through one non-blocking pipe (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._read: int | None
+        self._read, self._write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._reader = RecordReader()
+        #: Records a worker could not write because the pipe was full (counted in that worker).
+        self.dropped = 0
+
+    def fileno(self) -> int:
+        """The read end (master)."""
+        assert self._read is not None, "the read end is the master's"
+        return self._read
+
+    def send(self, snapshot: Snapshot) -> None:
+        """Worker (its ``graceful-health`` thread): one atomic write, or nothing when the pipe is full."""
+        try:
+            os.write(self._write, snapshot.record())
+        except BlockingIOError:
+            self.dropped += 1  # the master is not reading: its own liveness says so, not this worker
+        except BrokenPipeError:
+            pass  # the master is gone; this worker is about to be told
+
+    def receive(self) -> list[Snapshot]:
+        """Master (the port's thread): every whole record waiting; a malformed one is skipped."""
+        snapshots: list[Snapshot] = []
+        while True:
+            try:
+                chunk = os.read(self.fileno(), 65536)
+            except BlockingIOError:
+                break
+            if not chunk:
+                break
+            snapshots.extend(self._reader.feed(chunk))
+        return snapshots
+
+    def forget_read_end(self) -> None:
+        """In a forked child: close the master's end."""
+        if self._read is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._read)
+            self._read = None
+
+
+class MasterHealth:
+    """The master's health port and what it knows; kept as ``server.graceful.health``.
+
+    Build it with :meth:`create` in ``on_starting`` (main thread, before the
+    listeners and the first fork): it binds there, so a bad address stops
+    Gunicorn at start-up. :meth:`start` in ``when_ready``. Also the view's
+    :class:`~graceful.healthport.view.Sources`, on the port's thread.
+    """
+
+    def __init__(self, server: Any, lifecycle: Lifecycle, address: HealthAddress) -> None:
+        self.server = server
+        self.lifecycle = lifecycle
+        self.address = address
+        self._pid = os.getpid()
+        self.channel = HealthChannel()
+        self._heard: dict[int, Heard] = {}
+        self._last_heard = self._tick = time.monotonic()
+        timeout = float(server.cfg.timeout or 0)
+        self.liveness_bound = timeout if timeout > 0 else DEFAULT_LIVENESS_BOUND
+        self.view = HealthView(
+            lifecycle, self, liveness_bound=self.liveness_bound, stale_after=STALE_AFTER, workers=True
+        )
+        inherited, self._handoff_in = _inherited(server, address)
+        self.port = HealthPort(address, self.view, listener=inherited, passive=lambda: self._handoff_in is not None)
+        self.port.watch(self.channel.fileno(), self._on_records)
+        if self._handoff_in is not None:
+            self.port.watch(self._handoff_in, self._on_handoff)
+        # Ours, for a USR2 child of ours: it reads end-of-file once we stop serving.
+        self._handoff_r: int | None
+        self._handoff_w: int | None
+        self._handoff_r, self._handoff_w = os.pipe()
+        self._passing_on = False
+        self._handed_over = False
+        register_at_fork_weakly(self, after_in_child="_after_fork_in_child")
+        self.port.bind(retry_in_use=True)
+
+    @classmethod
+    def create(cls, server: Any, lifecycle: Lifecycle) -> MasterHealth | None:
+        """The health port of ``GRACEFUL_HEALTH_BIND``, bound; None when it is off. Raises RuntimeError.
+
+        Refused at start-up: an address Gunicorn's ``bind`` also uses, and any
+        error binding it but "in use" (retried in the background).
+        """
+        address = lifecycle.config.health_address
+        if address is None:
+            return None
+        for bind in server.cfg.bind:
+            if address.conflicts_with(bind):
+                raise RuntimeError(
+                    f"graceful: GRACEFUL_HEALTH_BIND={lifecycle.config.health_bind!r} is also in Gunicorn's bind"
+                    f" {bind!r}: give the health port a port of its own"
+                )
+        try:
+            return cls(server, lifecycle, address)
+        except OSError as exc:
+            raise RuntimeError(f"graceful: cannot listen on GRACEFUL_HEALTH_BIND={str(address)!r}: {exc}") from None
+
+    # -- main thread -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """``when_ready``: wrap the loop's periodic calls and the re-exec, start answering."""
+        server = self.server
+        for name in ("murder_workers", "reap_workers"):
+            server.__dict__[name] = self._ticking(getattr(server, name))
+        server.__dict__["reexec"] = self._passing_listener_on(server.reexec)
+        server.__dict__["stop"] = self._handing_over_before(server.stop)
+        self.lifecycle.subscribe(self._on_signal)
+        self.port.start()
+        if self._handoff_in is not None:
+            logger.info("graceful: health port %s: the old master serves it until it stops", self.port.bound_address)
+
+    def _ticking(self, method: Callable[[], Any]) -> Callable[[], Any]:
+        def tick_then_call() -> Any:
+            self._tick = time.monotonic()  # a plain attribute: also safe from 22's SIGCHLD handler
+            return method()
+
+        return tick_then_call
+
+    def _passing_listener_on(self, reexec: Callable[[], Any]) -> Callable[[], Any]:
+        def passing_listener_on() -> Any:
+            # The re-exec child keeps the listener and the hand-over pipe: pre_exec passes them on.
+            self._passing_on = True
+            try:
+                with self.port.passing_listener_on():
+                    return reexec()
+            finally:
+                self._passing_on = False
+
+        return passing_listener_on
+
+    def _handing_over_before(self, stop: Callable[..., Any]) -> Callable[..., Any]:
+        def hand_over_then_stop(*args: Any, **kwargs: Any) -> Any:
+            self.hand_over()
+            return stop(*args, **kwargs)
+
+        return hand_over_then_stop
+
+    def _on_signal(self, name: str, _at: float) -> None:
+        """Lifecycle listener (the firing thread: the main thread, for ShutdownInitiated)."""
+        if name == self.lifecycle.shutdown_initiated.name:
+            self.hand_over()
+
+    def hand_over(self) -> None:
+        """This master stops serving while a USR2 child exists: the child answers the port from now on."""
+        successor = self.server.reexec_pid
+        if os.getpid() != self._pid or self._handed_over or not successor:
+            return
+        self._handed_over = True
+        logger.info("graceful: health port %s handed to the new master (pid %d)", self.port.bound_address, successor)
+        self._close_handoff_write_end()
+        self.port.release_listener()
+
+    def pre_exec(self) -> None:
+        """``pre_exec`` (the USR2 re-exec child, before exec): name the listener and the pipe for the new master."""
+        env = self.server.cfg.env_orig
+        env.pop(FD_ENV, None)
+        env.pop(HANDOFF_ENV, None)
+        listener = self.port.listener
+        if listener is None or self._handoff_r is None:
+            return  # never bound (still retrying): the new master binds itself
+        os.set_inheritable(listener.fileno(), True)
+        os.set_inheritable(self._handoff_r, True)
+        env[FD_ENV] = str(listener.fileno())
+        env[HANDOFF_ENV] = str(self._handoff_r)
+
+    # -- fork: the forking thread, in the child ---------------------------------------------------
+
+    def _after_fork_in_child(self) -> None:
+        if self._pid != os.getpid() and self._pid:
+            self._pid = 0
+            self.channel.forget_read_end()
+            self._close_handoff_write_end()
+            if not self._passing_on:
+                _close(self._handoff_r)
+                self._handoff_r = None
+            _close(self._handoff_in)
+            self._handoff_in = None
+            self.lifecycle.unsubscribe(self._on_signal)
+
+    def _close_handoff_write_end(self) -> None:
+        _close(self._handoff_w)
+        self._handoff_w = None
+
+    # -- graceful-health-port thread: records and the hand-over ----------------------------------
+
+    def _on_records(self) -> None:
+        live = set(self.server.WORKERS)  # int keys: one C-level copy, atomic under the GIL
+        now = time.monotonic()
+        for snapshot in self.channel.receive():
+            if snapshot.pid in live:
+                self._heard[snapshot.pid] = (snapshot, now)
+                self._last_heard = now
+
+    def _on_handoff(self) -> None:
+        fd = self._handoff_in
+        if fd is None:
+            return
+        try:
+            if os.read(fd, 64):
+                return  # nothing is ever written: only end-of-file means something
+        except BlockingIOError:
+            return
+        self.port.unwatch(fd)
+        _close(fd)
+        self._handoff_in = None
+        logger.info(
+            "graceful: the old master stopped serving the health port %s: answering it", self.port.bound_address
+        )
+
+    # -- Sources of the view (the port's thread) --------------------------------------------------
+
+    def heard(self) -> Sequence[Heard]:
+        """The latest snapshot of each live worker; workers that are gone are forgotten."""
+        live = set(self.server.WORKERS)
+        for pid in [pid for pid in self._heard if pid not in live]:
+            del self._heard[pid]
+        return list(self._heard.values())
+
+    def booting(self) -> int:
+        """Live workers that have not published yet."""
+        return len(set(self.server.WORKERS) - set(self._heard))
+
+    def last_heard(self) -> float:
+        """When a live worker last published, or when this master started."""
+        return self._last_heard
+
+    def master_idle(self) -> float | None:
+        """Seconds since the master's loop last called murder_workers or reap_workers."""
+        return time.monotonic() - self._tick
+
+    def shutting_down(self) -> bool:
+        """The server's ShutdownInitiated: not an old master's whose USR2 successor serves."""
+        return self.lifecycle.shutdown_initiated.is_set() and not self.server.reexec_pid
+
+
+def _inherited(server: Any, address: HealthAddress) -> tuple[socket.socket | None, int | None]:
+    """In a USR2 re-exec master: the old master's health listener and the hand-over pipe's read end."""
+    fd_text, handoff_text = os.environ.pop(FD_ENV, None), os.environ.pop(HANDOFF_ENV, None)
+    if not fd_text or not handoff_text or not server.master_pid:
+        return None, None
+    listener = None
+    try:
+        listener = socket.socket(fileno=int(fd_text))
+        handoff = int(handoff_text)
+        if not listener.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN) or not _same(listener, address):
+            raise ValueError(f"fd {fd_text} is not a listener on {address}")
+        os.set_inheritable(listener.fileno(), False)
+        os.set_inheritable(handoff, False)
+        os.set_blocking(handoff, False)
+    except (ValueError, OSError) as exc:
+        logger.warning("graceful: not taking over the old master's health port: %s; binding it anew", exc)
+        if listener is not None:
+            listener.close()
+        return None, None
+    return listener, handoff
+
+
+def _same(listener: socket.socket, address: HealthAddress) -> bool:
+    """Whether ``listener`` listens where ``address`` says (the port, or the path)."""
+    name = listener.getsockname()
+    if address.path is not None:
+        return isinstance(name, (str, bytes)) and os.fsdecode(name) == address.path
+    return isinstance(name, tuple) and (address.port == 0 or name[1] == address.port)
+
+
+def _close(fd: int | None) -> None:
+    """Close ``fd`` unless it is None (the callers then store None: an fd is never closed twice)."""
+    if fd is not None:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+def start_worker_health(worker: Any, lifecycle: Lifecycle, health: MasterHealth | None) -> HealthRunner | None:
+    """``post_worker_init`` (worker main thread, after graceful wrapped the app): publish to the master.
+
+    ``health`` is this worker's copy of the master's (its pipe's write end is
+    what this worker writes to); None when the port is off. Then a
+    ``GRACEFUL_HEALTH_BIND`` seen only here (Flask's ``app.config``) is
+    worth a warning: the master, which would serve the port, reads the
+    environment alone.
+    """
+    if health is None:
+        if lifecycle.config.health_bind:
+            logger.warning(
+                "graceful: GRACEFUL_HEALTH_BIND=%r is set in the worker only (app.config?): the Gunicorn master,"
+                " which serves the health port, reads it from the environment; set it there",
+                lifecycle.config.health_bind,
+            )
+        return None
+    middleware = as_middleware(worker.wsgi)
+    assert middleware is not None, "WorkerShutdown.start() wraps the app first"
+    checks = (middleware.inner or middleware).health  # the app's own middleware, with its options, when it has one
+    shutdown = worker.graceful
+
+    def stopping() -> bool:
+        return shutdown.term_at is not None or not worker.alive
+
+    return HealthRunner(lifecycle, checks, health.channel.send, stopping=stopping).start()

@@ -1,0 +1,371 @@
+"""The health port under real Gunicorn: saturation, the readiness timeline, HUP, recycling, USR2, reuse_port, bad input.
+
+Every Gunicorn here serves tests/live/health_app.py with GRACEFUL_HEALTH_BIND
+on a free port. Probes are GETs on fresh connections with a 1 s timeout, as
+a kubelet's with the default ``timeoutSeconds``; each prober stays within one
+client's budget (20 answers a second), and probers that run at the same time
+come from addresses of their own (127.0.0.2, 127.0.0.3). Timings are bounded
+and generous; the figures are bench/health_probes.py's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import re
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, Processes
+from tests.e2e_harness import GRACEFUL_CONF, LIVE, clean_env, free_port
+from tests.gunicorn.test_gunicorn import GUNICORN, Server, _gone, _has_control_socket, _stop_foreign_master
+
+pytestmark = [pytest.mark.e2e, pytest.mark.gunicorn]
+
+SHAPES = {
+    "sync": ("-k", "sync", "-w", "2"),
+    "gthread": ("-k", "gthread", "-w", "1", "--threads", "4"),
+    "gevent": ("-k", "gevent", "-w", "1", "--worker-connections", "4"),
+}
+#: Requests each shape serves at once: its workers, threads or greenlets.
+CAPACITY = {"sync": 2, "gthread": 4, "gevent": 4}
+#: An answer that is an HTTP status (not a refusal, a reset or a timeout).
+ANSWERED = re.compile(r"^\d{3}\b")
+
+
+class WorkerDidNotBoot(AssertionError):
+    """The Gunicorn master exited before its health port said it was ready."""
+
+
+def probe(port: int, path: str, source: str = "127.0.0.1", timeout: float = 1.0) -> str:
+    """``"<status> <failing lines>"`` of one GET on a fresh connection, or the error's class name."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout, source_address=(source, 0))
+    try:
+        conn.request("GET", path)
+        response = conn.getresponse()
+        failing = [line.split(" ", 1)[0] for line in response.read().decode().splitlines() if line.startswith("[-]")]
+        return " ".join([str(response.status), *failing])
+    except (OSError, http.client.HTTPException) as exc:
+        return type(exc).__name__
+    finally:
+        conn.close()
+
+
+class Instance:
+    """A graceful Gunicorn with GRACEFUL_HEALTH_BIND (a free port), serving tests/live/health_app.py."""
+
+    def __init__(
+        self, processes: Processes, shape: str, env: dict[str, str] | None = None, args: tuple[str, ...] = ()
+    ) -> None:
+        self.port, self.health = free_port(), free_port()
+        full_env = clean_env({"GRACEFUL_HEALTH_BIND": f"127.0.0.1:{self.health}", "GRACEFUL_SHUTDOWN_DELAY": "1"})
+        full_env.update(env or {})
+        argv = [GUNICORN, "-c", str(GRACEFUL_CONF), "--pythonpath", str(LIVE), "-b", f"127.0.0.1:{self.port}"]
+        if _has_control_socket():  # tests must not share ~/.gunicorn/gunicorn.ctl
+            argv.append("--no-control-socket")
+        argv += [*SHAPES[shape], *args, "health_app:app"]
+        self.server = Server(processes.start(argv, env=full_env, cwd=ROOT), self.port)
+        self.proc = self.server.proc
+
+    def wait(self, path: str, expected: str, timeout: float = 30.0, source: str = "127.0.0.1") -> None:
+        """Probe ``path`` every 0.1 s until its answer starts with ``expected`` (bounded)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if probe(self.health, path, source).startswith(expected):
+                return
+            if self.proc.poll() is not None:
+                raise WorkerDidNotBoot("Gunicorn exited:\n" + "\n".join(self.server.lines[-30:]))
+            time.sleep(0.1)
+        raise AssertionError(f"{path} never answered {expected!r}:\n" + "\n".join(self.server.lines[-30:]))
+
+    def master_lines(self, pattern: str) -> list[str]:
+        """The master's output lines matching ``pattern``."""
+        return self.server.matching(rf"\[{self.proc.pid}\].*{pattern}")
+
+
+def busy(port: int, clients: int, seconds: float, stop: threading.Event) -> list[threading.Thread]:
+    """``clients`` threads looping 3 s requests on the app's port, for at most ``seconds``."""
+
+    def client() -> None:
+        deadline = time.monotonic() + seconds
+        while not stop.is_set() and time.monotonic() < deadline:
+            probe(port, "/slow?ms=3000&bytes=64", timeout=10)
+
+    threads = [threading.Thread(target=client, daemon=True) for _ in range(clients)]
+    for thread in threads:
+        thread.start()
+    return threads
+
+
+@contextlib.contextmanager
+def traffic(port: int, period: float = 0.01, seconds: float = 60.0) -> Iterator[list[str]]:
+    """Fast requests on the app's port on a thread while the block runs (bounded); yields their outcomes."""
+    outcomes: list[str] = []
+    stop = threading.Event()
+
+    def run() -> None:
+        deadline = time.monotonic() + seconds
+        while not stop.wait(period) and time.monotonic() < deadline and len(outcomes) < 20_000:
+            outcomes.append(probe(port, "/fast", source="127.0.0.3", timeout=5))
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield outcomes
+    finally:
+        stop.set()
+        thread.join(10)
+
+
+def gevent_xfail(shape: str) -> object:
+    if shape != "gevent":
+        return shape
+    # strict (setup.cfg): once the gevent worker boots with graceful, this XPASSes and fails until removed.
+    reason = "graceful's worker integration cannot boot -k gevent on this branch (another branch adds it)"
+    return pytest.param(shape, marks=pytest.mark.xfail(raises=WorkerDidNotBoot, reason=reason))
+
+
+class TestSaturation:
+    @pytest.mark.parametrize("shape", [gevent_xfail(shape) for shape in SHAPES])
+    def test_probes_answer_while_every_worker_is_busy(self, processes: Processes, shape: str) -> None:
+        """Every worker, thread or greenlet busy with 3 s requests: the app's port times out, the health port
+        answers 40 of 40 probes within 1 s."""
+        server = Instance(processes, shape)
+        server.wait("/readyz", "200")
+        stop = threading.Event()
+        threads = busy(server.port, 2 * CAPACITY[shape], 20, stop)
+        try:
+            time.sleep(1.0)  # every worker busy, as many clients queued behind them
+            assert probe(server.port, "/livez") == "TimeoutError"  # the app's port is saturated indeed
+            answers = []
+            for index in range(40):
+                answers.append(probe(server.health, ("/livez", "/readyz")[index % 2]))
+                time.sleep(0.25)
+            assert answers == ["200"] * 40
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join(15)
+
+
+class TestTimeline:
+    def test_readiness_from_boot_to_exit(self, processes: Processes) -> None:
+        """/readyz: workers booting, post-start hook pending, ready, [-]shutdown from SIGTERM until exit 0;
+        /livez 200 all along; the failing /readyz logged once per phase, not once per probe."""
+        server = Instance(processes, "sync", env={"HEALTH_APP_IMPORT_S": "1.5", "HEALTH_APP_WARM_S": "1.5"})
+        readies: list[str] = []
+        lives: list[str] = []
+        termed_at = None
+        deadline = time.monotonic() + 60
+        while server.proc.poll() is None and time.monotonic() < deadline:
+            readies.append(probe(server.health, "/readyz?verbose"))
+            lives.append(probe(server.health, "/livez", source="127.0.0.2"))
+            if termed_at is None and readies[-3:] == ["200"] * 3:
+                server.proc.send_signal(signal.SIGTERM)
+                termed_at = len(readies)
+            time.sleep(0.1)
+        assert server.server.exit_code(30) == 0
+        assert termed_at is not None
+        phases = [answer for index, answer in enumerate(readies) if index == 0 or readies[index - 1] != answer]
+        answered = [phase for phase in phases if ANSWERED.match(phase)]
+        # Before the port was bound: refused. Then, in order:
+        expected = [
+            "503 [-]workers-ready",
+            "503 [-]workers-ready [-]poststarthook/warm",
+            "200",
+            "503 [-]shutdown",
+        ]
+        assert answered[: len(expected)] == expected, phases
+        # After the delay the workers stop too; the last probes may meet the process exiting.
+        assert set(answered[len(expected) :]) <= {"503 [-]workers-ready [-]shutdown"}, phases
+        after_term = readies[termed_at:]
+        assert [a for a in after_term[:-3] if not ANSWERED.match(a)] == []
+        assert len([a for a in after_term if a.startswith("503")]) >= 5  # through the whole 1 s delay
+        bound = lives.index("200")
+        assert set(lives[bound:-3]) == {"200"}
+        logged = server.master_lines("graceful: /readyz check")
+        assert len(readies) >= 30 and len(logged) <= 6, logged
+
+    def test_a_check_failing_in_one_worker_is_a_warning(self, processes: Processes, tmp_path: Path) -> None:
+        """db failing in one of two workers: /readyz passes (the other is ready) with a warn: line saying so."""
+        marker = str(tmp_path / "failing-worker")
+        server = Instance(processes, "sync", env={"HEALTH_APP_FAIL_ONE": marker})
+        server.wait("/readyz", "200")
+        deadline = time.monotonic() + 15
+        body = ""
+        while "warn:" not in body and time.monotonic() < deadline:  # until both workers have published
+            conn = http.client.HTTPConnection("127.0.0.1", server.health, timeout=2)
+            conn.request("GET", "/readyz?verbose")
+            body = conn.getresponse().read().decode()
+            conn.close()
+            time.sleep(0.1)
+        assert body.splitlines()[-3:] == ["[+]shutdown ok", "warn: db failing in 1 of 2 workers", "readyz check passed"]
+        # The failing worker logged the reason once, where the check runs.
+        assert len(server.server.matching("readiness check 'db' failing: RuntimeError: connection refused")) == 1
+
+
+class TestRestarts:
+    def test_hup_and_recycling_keep_answering(self, processes: Processes) -> None:
+        """Through max_requests recycling under traffic and a HUP, /livez answers 200 every time and /readyz
+        answers every time (a short 503 while replaced workers boot is honest)."""
+        server = Instance(processes, "sync", args=("--max-requests", "40"))
+        server.wait("/readyz", "200")
+        lives, readies = [], []
+        with traffic(server.port) as outcomes:
+            for index in range(100):
+                if index == 40:
+                    server.proc.send_signal(signal.SIGHUP)
+                lives.append(probe(server.health, "/livez"))
+                readies.append(probe(server.health, "/readyz", source="127.0.0.2"))
+                time.sleep(0.1)
+        assert lives == ["200"] * 100
+        assert all(ANSWERED.match(answer) for answer in readies), sorted(set(readies))
+        assert readies[-1] == "200"
+        assert len(server.server.matching(r"Booting worker with pid")) >= 6  # 2 at boot, 2 on HUP, recycled ones
+        assert len(outcomes) > 100 and server.proc.poll() is None
+
+    def test_usr2_then_term_to_the_old_master_keeps_answering(self, processes: Processes) -> None:
+        """USR2, then TERM to the old master: no probe is refused or times out; the new master answers after."""
+        server = Instance(processes, "sync")
+        server.wait("/readyz", "200")
+        old = server.proc.pid
+        server.proc.send_signal(signal.SIGUSR2)
+        new = 0
+        try:
+            starts = server.server.wait_for(r"\[(\d+)\] \[INFO\] Starting gunicorn", count=2)
+            new = int(re.findall(r"\[(\d+)\] \[INFO\] Starting gunicorn", starts[-1])[0])
+            server.server.wait_for(r"Booting worker with pid", count=4)  # two workers under each master
+            answers = []
+            for _ in range(20):
+                answers.append(probe(server.health, "/readyz"))
+                time.sleep(0.1)
+            server.proc.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + 30
+            while not _gone(old) and time.monotonic() < deadline:
+                answers.append(probe(server.health, "/readyz"))
+                time.sleep(0.1)
+            assert server.server.exit_code(30) == 0
+            for _ in range(20):  # the new master alone
+                answers.append(probe(server.health, "/readyz"))
+                time.sleep(0.1)
+            assert all(ANSWERED.match(answer) for answer in answers), sorted(set(answers))
+            assert answers[-1] == "200" and len(answers) >= 50
+            assert server.server.matching(rf"\[{old}\].*health port .* handed to the new master \(pid {new}\)")
+            assert server.server.matching(rf"\[{new}\].*the old master stopped serving the health port")
+        finally:
+            if new:
+                _stop_foreign_master(new)
+
+    def test_reuse_port(self, processes: Processes) -> None:
+        """With reuse_port: ready, HUP, TERM: /livez answered 200 until the exit, /readyz 503 from the TERM."""
+        server = Instance(processes, "gthread", args=("--reuse-port",))
+        server.wait("/readyz", "200")
+        server.proc.send_signal(signal.SIGHUP)
+        time.sleep(0.5)
+        server.wait("/readyz", "200")
+        server.proc.send_signal(signal.SIGTERM)
+        server.wait("/readyz?verbose", "503 [-]shutdown")
+        lives = []
+        while server.proc.poll() is None and len(lives) < 300:
+            lives.append(probe(server.health, "/livez"))
+            time.sleep(0.1)
+        assert server.server.exit_code(30) == 0
+        assert len(lives) >= 3 and set(lives[:-3]) <= {"200"}
+
+
+class TestBadInput:
+    def test_bad_input_never_stops_the_master(self, processes: Processes) -> None:
+        """Not HTTP, a byte a second, 1,000 idle connections, a 64 KB request line: each answered or closed,
+        other probes answered meanwhile, the master alive and serving after."""
+        server = Instance(processes, "sync")
+        server.wait("/readyz", "200")
+
+        def raw(data: bytes) -> bytes:
+            with socket.create_connection(("127.0.0.1", server.health), timeout=5) as sock:
+                sock.sendall(data)
+                chunks = []
+                with contextlib.suppress(ConnectionResetError):
+                    while chunk := sock.recv(65536):
+                        chunks.append(chunk)
+                return b"".join(chunks)
+
+        junk = raw(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" * 10)
+        assert junk.startswith(b"HTTP/1.1 400 "), junk[:100]
+        huge = raw(b"GET /" + b"a" * 65536 + b" HTTP/1.1\r\n\r\n")
+        assert huge.startswith(b"HTTP/1.1 431 "), huge[:100]
+
+        # One byte a second: closed at the port's 2 s deadline; another client is answered meanwhile.
+        slow = socket.create_connection(("127.0.0.1", server.health), timeout=5)
+        closed_after = None
+        started = time.monotonic()
+        meanwhile = []
+        for byte in b"GET /livez HTTP/1.1\r\n":
+            try:
+                slow.send(bytes([byte]))
+            except OSError:
+                closed_after = time.monotonic() - started
+                break
+            meanwhile.append(probe(server.health, "/livez", source="127.0.0.2"))
+            slow.settimeout(1.0)
+            try:
+                if slow.recv(100) == b"":
+                    closed_after = time.monotonic() - started
+                    break
+            except TimeoutError:
+                pass
+            except OSError:
+                closed_after = time.monotonic() - started
+                break
+        slow.close()
+        assert closed_after is not None and closed_after < 10, closed_after
+        assert meanwhile and set(meanwhile) == {"200"}, meanwhile
+
+        # 1,000 idle connections: another client's probes are answered.
+        idle = []
+        try:
+            for _ in range(1000):
+                idle.append(socket.create_connection(("127.0.0.1", server.health), timeout=5))
+            # Opened as fast as can be, they came faster than the port accepts (1,000 a second): let the
+            # kernel's accept queue drain, or a probe's SYN may meet it full and be retried only after 1 s.
+            time.sleep(1.0)
+            answers = []
+            for _ in range(10):
+                answers.append(probe(server.health, "/readyz", source="127.0.0.2"))
+                time.sleep(0.1)
+            assert answers == ["200"] * 10, answers
+        finally:
+            for sock in idle:
+                sock.close()
+        assert server.proc.poll() is None
+        assert probe(server.health, "/livez", source="127.0.0.3") == "200"
+        assert probe(server.port, "/fast", source="127.0.0.3", timeout=5) == "200"
+
+
+class TestSettings:
+    def _run(self, env: dict[str, str], bind: str) -> subprocess.CompletedProcess[str]:
+        argv = [GUNICORN, "-c", str(GRACEFUL_CONF), "--pythonpath", str(LIVE), "-b", bind, "load_app:app"]
+        if _has_control_socket():
+            argv.append("--no-control-socket")
+        return subprocess.run(argv, env=clean_env(env), cwd=ROOT, capture_output=True, text=True, timeout=30)
+
+    def test_bad_health_bind_fails_at_start_up(self) -> None:
+        """GRACEFUL_HEALTH_BIND=:8081 stops Gunicorn at start-up with one line naming the variable."""
+        done = self._run({"GRACEFUL_HEALTH_BIND": ":8081"}, f"127.0.0.1:{free_port()}")
+        assert done.returncode != 0
+        output = done.stderr + done.stdout
+        assert "GRACEFUL_HEALTH_BIND=':8081' is not allowed: write the host" in output
+        assert "Traceback" not in output
+
+    def test_health_port_on_gunicorns_bind_fails_at_start_up(self) -> None:
+        """The health port on Gunicorn's own port stops it at start-up naming both."""
+        port = free_port()
+        done = self._run({"GRACEFUL_HEALTH_BIND": f"127.0.0.1:{port}"}, f"0.0.0.0:{port}")
+        assert done.returncode != 0
+        assert f"is also in Gunicorn's bind '0.0.0.0:{port}'" in done.stderr + done.stdout

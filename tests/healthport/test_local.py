@@ -1,0 +1,92 @@
+"""graceful.healthport.local: the runner and the port of one process, in this process (real sockets)."""
+
+from __future__ import annotations
+
+import http.client
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from graceful.core.config import Config
+from graceful.core.lifecycle import Lifecycle
+from graceful.healthport.address import HealthAddress
+from graceful.healthport.local import LocalHealth
+from graceful.wsgi.health import HealthChecks
+
+SOON = 5.0
+
+
+@pytest.fixture
+def lifecycle() -> Lifecycle:
+    return Lifecycle(Config(expose_check_errors=True))
+
+
+@pytest.fixture
+def local(lifecycle: Lifecycle) -> Iterator[LocalHealth]:
+    health = LocalHealth(lifecycle, HealthChecks(lifecycle), HealthAddress("127.0.0.1", 0)).start()
+    try:
+        yield health
+    finally:
+        health.close()
+
+
+def probe(health: LocalHealth, path: str) -> tuple[int, str]:
+    assert health.port.listener is not None
+    conn = http.client.HTTPConnection("127.0.0.1", health.port.listener.getsockname()[1], timeout=SOON)
+    try:
+        conn.request("GET", path)
+        response = conn.getresponse()
+        return response.status, response.read().decode()
+    finally:
+        conn.close()
+
+
+def eventually(health: LocalHealth, path: str, status: int) -> tuple[int, str]:
+    deadline = time.monotonic() + SOON
+    answer = probe(health, path)
+    while answer[0] != status and time.monotonic() < deadline:
+        time.sleep(0.1)  # within one client's budget of 20 answers a second
+        answer = probe(health, path)
+    return answer
+
+
+class TestLocalHealth:
+    """One process: health-runner lines, its checks, its ShutdownInitiated."""
+
+    def test_ready_once_the_runner_published(self, lifecycle: Lifecycle, local: LocalHealth) -> None:
+        """/readyz passes once the first snapshot is in, listing health-runner and the process's checks."""
+        assert eventually(local, "/readyz?verbose", 200) == (
+            200,
+            "[+]ping ok\n[+]health-runner ok\n[+]shutdown ok\nreadyz check passed\n",
+        )
+
+    def test_checks_and_shutdown(self, lifecycle: Lifecycle) -> None:
+        """A failing readiness check, then ShutdownInitiated: both show on the port; /livez stays 200."""
+        state = {"ok": False}
+        lifecycle.readiness_check("db")(lambda: state["ok"])
+        health = LocalHealth(lifecycle, HealthChecks(lifecycle), HealthAddress("127.0.0.1", 0)).start()
+        try:
+            status, body = eventually(health, "/readyz?verbose", 503)
+            assert status == 503 and "[-]db failed: returned False" in body
+            state["ok"] = True
+            assert eventually(health, "/readyz", 200)[0] == 200
+            lifecycle.initiate_shutdown()
+            assert "[-]shutdown failed: server is shutting down" in eventually(health, "/readyz?verbose", 503)[1]
+            assert probe(health, "/livez")[0] == 200
+        finally:
+            health.close()
+
+    def test_close_stops_both_threads(self, lifecycle: Lifecycle) -> None:
+        """close() ends the runner and the port."""
+        health = LocalHealth(lifecycle, HealthChecks(lifecycle), HealthAddress("127.0.0.1", 0)).start()
+        health.close()
+        names = {t.name for t in threading.enumerate() if t.is_alive()}
+        assert not names & {"graceful-health", "graceful-health-port"}
+
+    def test_sources(self, lifecycle: Lifecycle, local: LocalHealth) -> None:
+        """One process: nothing booting, no master loop, the lifecycle's own shutdown."""
+        assert (local.booting(), local.master_idle(), local.shutting_down()) == (0, None, False)
+        lifecycle.initiate_shutdown()
+        assert local.shutting_down()
