@@ -24,6 +24,9 @@ names that match nothing (they do not fail the probe), then ``readyz check
 passed`` or ``readyz check failed``. The failure reason is shown only when
 ``config.expose_check_errors`` is true; the real reason always goes to the log.
 
+Each probe's results (excluded checks aside) are counted in the lifecycle's
+statistics (``lifecycle.stats.checked``), which the metrics report.
+
 Everything here is independent of WSGI: :class:`HealthChecks.respond` takes
 an endpoint, an optional check name and a query string and returns a status
 and a body; :mod:`graceful.middleware` routes HTTP to it. Thread-safe: request
@@ -315,6 +318,8 @@ class HealthChecks:
                 return HealthResponse(404, f"no {endpoint} check named {json.dumps(check, ensure_ascii=False)}\n")
         else:
             report = self.evaluate(endpoint, exclude=query.exclude)
+        # For graceful_healthcheck{name,type} and graceful_healthchecks_total (graceful.metrics).
+        self.lifecycle.stats.checked(endpoint, [(r.name, r.ok) for r in report.results if not r.excluded])
         if report.ok:
             if endpoint == READYZ and check is None and not query.exclude:
                 has_been_ready = self.lifecycle.has_been_ready

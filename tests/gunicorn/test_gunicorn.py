@@ -85,10 +85,12 @@ class Server:
     def master_signals(self) -> list[str]:
         """Lifecycle signal names the master logged, in order."""
         pid = self.proc.pid
+        # "graceful: ShutdownInitiated", then "graceful: <Signal> (0.123s after ShutdownInitiated)".
+        line_of_a_signal = r"graceful: ([A-Z]\w+)(?: \(\d+\.\d+s after ShutdownInitiated\))?$"
         return [
             m.group(1)
-            for line in self.matching(rf"\[{pid}\].*graceful: (\w+) \(")
-            if (m := re.search(r"graceful: (\w+) \(", line))
+            for line in self.matching(rf"\[{pid}\].*{line_of_a_signal}")
+            if (m := re.search(line_of_a_signal, line)) and m.group(1) != "HasBeenReady"
         ]
 
     def term(self) -> float:
