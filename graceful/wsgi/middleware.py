@@ -12,6 +12,7 @@ What happens to one request, in order::
 
     /livez /readyz /healthz          answered here (graceful.wsgi.health), GET and HEAD
     /<endpoint>/<check>              only; never rejected, counted or delayed
+    after ShutdownInitiated          counted as an arrival (graceful.core.stats), then:
     NotAcceptingNewRequests and      429, Retry-After: config.retry_after
       config.send_retry_after
     long_running(environ) is true    straight to the app: not counted, no limit
@@ -23,7 +24,10 @@ What happens to one request, in order::
                                      it ends), admission slot held as long
 
 Before ``ShutdownInitiated`` and during the shutdown delay every request is
-served normally. The middleware never sets hop-by-hop headers (PEP 3333
+served normally. Each refusal is counted by its reason (``lifecycle.stats``),
+and so is each request that arrives after ShutdownInitiated (on the checked
+path, which every request takes from then on: nothing is counted on the hot
+path before a shutdown). The middleware never sets hop-by-hop headers (PEP 3333
 forbids them; ``Connection: close`` during shutdown is the server's job:
 Gunicorn's ``req.force_close()`` in ``pre_request``, the Werkzeug server's
 handler). Health paths are exact: ``/readyz/`` and ``/readyz/unknown`` are
@@ -75,7 +79,7 @@ A list response is copied into a list subclass, so ``len()`` still works
 (wsgiref sets ``Content-Length`` from it).
 
 Cost per request: a ``PATH_INFO`` lookup, two environ writes, one flag
-(``Lifecycle.unhindered``: NotAcceptingNewRequests has not fired and there
+(``Lifecycle.unhindered``: ShutdownInitiated has not fired and there
 is no ``max_in_flight``, so nothing else to check), a token appended to and
 popped from the wait group's deque (``SafeWaitGroup.enter``/``leave``), and
 one small object or two callbacks (``python bench/middleware.py`` measures
@@ -97,6 +101,7 @@ from typing import TYPE_CHECKING
 from graceful.core import default as _default
 from graceful.core.admission import AdmissionLimit
 from graceful.core.lifecycle import Lifecycle
+from graceful.core.stats import REASON_DRAINING, REASON_MAX_IN_FLIGHT, REASON_SHUTTING_DOWN
 from graceful.core.waitgroup import ClosesOnce, Release, WaitGroupClosed
 from graceful.wsgi.health import DEFAULT_CHECK_TIMEOUT, HealthChecks
 from graceful.wsgi.long_running import LongRunning, is_long_running, path_prefixes
@@ -263,6 +268,7 @@ class GracefulMiddleware:
         # Werkzeug's ClosingIterator (see _werkzeug_closing_iterator), looked up at the same time.
         self._closing_iterator: object = _UNSEEN
         # Bound once: the hot path below reads only locals and these.
+        self._initiated = self.lifecycle.shutdown_initiated
         self._not_accepting = self.lifecycle.not_accepting_new_requests
         self._shutting_down = self._not_accepting.event
         self._in_flight = in_flight = self.lifecycle.in_flight
@@ -302,6 +308,7 @@ class GracefulMiddleware:
         self._enter(None)
         if self._in_flight.waiting:
             self._leave()
+            lifecycle.stats.rejected(REASON_DRAINING)
             return reply(environ, start_response, 503, SHUTTING_DOWN, "1")
         try:
             result = self.app(environ, start_response)
@@ -330,14 +337,21 @@ class GracefulMiddleware:
         return response
 
     def _hindered(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes] | None:
-        """The checks a request skips while the lifecycle is unhindered: the answer, or None to count it."""
+        """The checks a request skips while the lifecycle is unhindered: the answer, or None to count it.
+
+        From ShutdownInitiated on every request comes here and is counted as an arrival.
+        """
         lifecycle = self.lifecycle
-        stopped = self._not_accepting.fired_at is not None
-        if stopped and lifecycle.config.send_retry_after:
-            return reply(environ, start_response, 429, SHUTTING_DOWN, str(lifecycle.config.retry_after))
+        shutting_down = self._initiated.fired_at is not None
+        if shutting_down:
+            stopped = self._not_accepting.fired_at is not None
+            lifecycle.stats.arrived(stopped)
+            if stopped and lifecycle.config.send_retry_after:
+                lifecycle.stats.rejected(REASON_SHUTTING_DOWN)
+                return reply(environ, start_response, 429, SHUTTING_DOWN, str(lifecycle.config.retry_after))
         admission = lifecycle.admission
         if not admission.limit:
-            if not stopped:  # nothing to check: let the next requests skip this
+            if not shutting_down:  # nothing to check: let the next requests skip this
                 lifecycle.refresh_unhindered()
             return None
         long_running = self.long_running
@@ -350,11 +364,13 @@ class GracefulMiddleware:
     ) -> Iterable[bytes]:
         """The counted path with ``max_in_flight`` on: a slot from admission to close()."""
         if not admission.try_acquire():
+            self.lifecycle.stats.rejected(REASON_MAX_IN_FLIGHT)
             return reply(environ, start_response, 429, TOO_MANY, "1")
         try:
             done = self._in_flight.add()
         except WaitGroupClosed:
             admission.release()
+            self.lifecycle.stats.rejected(REASON_DRAINING)
             return reply(environ, start_response, 503, SHUTTING_DOWN, "1")
         # End the count, then free the slot.
         release = Release(admission.release, before=done)

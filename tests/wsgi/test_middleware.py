@@ -757,6 +757,72 @@ class TestInFlight:
         assert lifecycle.in_flight.count == 0
 
 
+class TestShutdownStatistics:
+    """What the middleware counts: arrivals after ShutdownInitiated by phase, refusals by reason, nothing before."""
+
+    def test_nothing_is_counted_before_the_shutdown(self, lifecycle: Lifecycle) -> None:
+        """Requests before ShutdownInitiated take the unhindered path and count no arrival."""
+        mw = GracefulMiddleware(hello, lifecycle)
+        for _ in range(3):
+            finish(call(mw)[1])
+        assert lifecycle.unhindered
+        assert lifecycle.stats.totals() == (0, 0)
+
+    def test_arrivals_by_phase(self, lifecycle: Lifecycle) -> None:
+        """Two requests during the delay, one after NotAcceptingNewRequests; probes are not counted."""
+        mw = GracefulMiddleware(hello, lifecycle)
+        finish(call(mw)[1])
+        lifecycle.initiate_shutdown()
+        finish(call(mw)[1])
+        finish(call(mw)[1])
+        finish(call(mw, "/readyz")[1])
+        lifecycle.stop_accepting()
+        finish(call(mw)[1])
+        assert lifecycle.stats.arrivals() == {"delay": 2, "draining": 1}
+        assert not lifecycle.unhindered
+
+    def test_retry_after_refusals_are_counted_as_shutting_down(self) -> None:
+        """In retry-after mode each 429 after NotAcceptingNewRequests is a shutting_down rejection and an arrival."""
+        lifecycle = retry_after_lifecycle()
+        mw = GracefulMiddleware(hello, lifecycle)
+        lifecycle.initiate_shutdown()
+        lifecycle.stop_accepting()
+        assert [call(mw)[0].code for _ in range(3)] == [429] * 3
+        assert lifecycle.stats.rejections() == {"shutting_down": 3, "draining": 0, "max_in_flight": 0}
+        assert lifecycle.stats.arrivals() == {"delay": 0, "draining": 3}
+
+    def test_a_request_that_races_the_drain_is_counted_as_draining(self, lifecycle: Lifecycle) -> None:
+        """The 503 of a request arriving once the drain began is a draining rejection, with or without a limit."""
+        for lc in (lifecycle, Lifecycle(Config(max_in_flight=2), clock=fake_clock())):
+            mw = GracefulMiddleware(hello, lc)
+            lc.in_flight.wait(0)
+            assert call(mw)[0].code == 503
+            assert lc.stats.rejections()["draining"] == 1
+
+    def test_a_full_admission_limit_is_counted_as_max_in_flight(self) -> None:
+        """A 429 because every max_in_flight slot is taken is a max_in_flight rejection."""
+        lifecycle = Lifecycle(Config(max_in_flight=1), clock=fake_clock())
+        mw = GracefulMiddleware(hello, lifecycle)
+        _, held = call(mw)
+        assert call(mw)[0].code == 429
+        finish(held)
+        assert lifecycle.stats.rejections()["max_in_flight"] == 1
+        assert lifecycle.stats.arrivals() == {"delay": 0, "draining": 0}
+
+    def test_late_traffic_is_counted_until_the_end_of_the_delay(self) -> None:
+        """Requests through the middleware in the last tenth of the delay are late; earlier ones are not."""
+        lifecycle = Lifecycle(Config(shutdown_delay=10, grace_period=40), clock=fake_clock())
+        mw = GracefulMiddleware(hello, lifecycle)
+        lifecycle.initiate_shutdown()
+        clock = lifecycle.clock
+        assert isinstance(clock, FakeClock)
+        for _ in range(10):  # one a second, the last at 9.5 s
+            clock.advance(0.95)
+            finish(call(mw)[1])
+        late = lifecycle.stats.late_traffic()
+        assert late is not None and late.count == 1 and late.last_arrival == pytest.approx(9.5)
+
+
 class TestNesting:
     """Two middlewares of one lifecycle handle a request once; the innermost one's options apply."""
 
