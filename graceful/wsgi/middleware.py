@@ -12,6 +12,8 @@ What happens to one request, in order::
 
     /livez /readyz /healthz          answered here (graceful.wsgi.health), GET and HEAD
     /<endpoint>/<check>              only; never rejected, counted or delayed
+    /metrics                         the same, only with config.metrics_on_app_port
+                                     (graceful.metrics; 404 without prometheus_client)
     after ShutdownInitiated          counted as an arrival (graceful.core.stats), then:
     NotAcceptingNewRequests and      429, Retry-After: config.retry_after
       config.send_retry_after
@@ -105,7 +107,7 @@ from graceful.core.stats import REASON_DRAINING, REASON_MAX_IN_FLIGHT, REASON_SH
 from graceful.core.waitgroup import ClosesOnce, Release, WaitGroupClosed
 from graceful.wsgi.health import DEFAULT_CHECK_TIMEOUT, HealthChecks
 from graceful.wsgi.long_running import LongRunning, is_long_running, path_prefixes
-from graceful.wsgi.probes import CHECK_PREFIXES, ROOT_PATHS, answer_probe
+from graceful.wsgi.probes import CHECK_PREFIXES, answer_probe, probe_routes
 from graceful.wsgi.replies import SHUTTING_DOWN, TOO_MANY, reply
 
 if TYPE_CHECKING:
@@ -239,8 +241,9 @@ class GracefulMiddleware:
     ``check_cache_ttl`` (seconds) bound and cache the health checks (see
     :class:`graceful.wsgi.health.HealthChecks`).
 
-    The lifecycle's config is read when a request needs it, never here, so a
-    config set after wrapping (``lifecycle.configure``) is the one in force.
+    The lifecycle's config is read when a request needs it, so a config set
+    after wrapping (``lifecycle.configure``) is the one in force; only
+    ``metrics_on_app_port`` is read here, when the routes are fixed.
     Thread-safe (under Gunicorn: a worker's request threads call it at once).
     Exceptions from the app propagate (its count ended); the middleware
     itself raises for no request, whatever its environ holds.
@@ -267,6 +270,8 @@ class GracefulMiddleware:
         self._file_wrapper: object = _UNSEEN
         # Werkzeug's ClosingIterator (see _werkzeug_closing_iterator), looked up at the same time.
         self._closing_iterator: object = _UNSEEN
+        # The health paths' quick test and their table: with metrics on the app port, /metrics too.
+        self._probe_char, self._probe_paths = probe_routes(self.lifecycle.config.metrics_on_app_port)
         # Bound once: the hot path below reads only locals and these.
         self._initiated = self.lifecycle.shutdown_initiated
         self._not_accepting = self.lifecycle.not_accepting_new_requests
@@ -290,8 +295,8 @@ class GracefulMiddleware:
         environ[SHUTTING_DOWN_KEY] = self._shutting_down
         try:
             path = environ["PATH_INFO"]
-            # probes.is_probe_path(), inlined: every health path has a "z", few others do.
-            health = "z" in path and (path in ROOT_PATHS or path.startswith(CHECK_PREFIXES))
+            # probes.is_probe_path(), inlined: one character every health path has, few others do.
+            health = self._probe_char in path and (path in self._probe_paths or path.startswith(CHECK_PREFIXES))
         except (KeyError, TypeError):  # no PATH_INFO, or no string (the server's bug): no health path
             health = False
         if health:

@@ -823,6 +823,50 @@ class TestShutdownStatistics:
         assert late is not None and late.count == 1 and late.last_arrival == pytest.approx(9.5)
 
 
+class TestMetricsOnTheAppPort:
+    """``/metrics`` on the app port: only with metrics_on_app_port, never counted, 404 without prometheus_client."""
+
+    def test_not_routed_by_default(self, lifecycle: Lifecycle) -> None:
+        """Without the setting, /metrics is the app's path."""
+        mw = GracefulMiddleware(hello, lifecycle)
+        assert finish(call(mw, "/metrics")[1]) == b"hello"
+
+    def test_answered_with_the_setting(self) -> None:
+        """With metrics_on_app_port, /metrics answers Prometheus' text format; other paths still reach the app."""
+        lifecycle = Lifecycle(Config(metrics_on_app_port=True), clock=fake_clock())
+        mw = GracefulMiddleware(hello, lifecycle)
+        captured, result = call(mw, "/metrics")
+        body = finish(result).decode()
+        assert captured.code == 200
+        assert captured.header("Content-Type") == "text/plain; version=0.0.4; charset=utf-8"
+        assert "graceful_requests_in_flight 0.0" in body
+        assert finish(call(mw, "/metrics/")[1]) == b"hello"
+        assert finish(call(mw, "/readyz")[1]) == b"ok"
+        assert finish(call(mw, "/api/items")[1]) == b"hello"
+        assert call(mw, "/metrics", method="POST")[0].code == 405
+        lifecycle.initiate_shutdown()
+        finish(call(mw, "/metrics")[1])
+        assert lifecycle.stats.totals() == (0, 0)
+
+    def test_404_and_one_log_line_without_prometheus_client(
+        self, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """Without prometheus_client, /metrics is a 404 saying how to install it, logged once."""
+        monkeypatch.setitem(sys.modules, "prometheus_client", None)
+        monkeypatch.setitem(sys.modules, "prometheus_client.core", None)
+        monkeypatch.setattr("graceful.wsgi.probes._missing_library_logged", [])
+        lifecycle = Lifecycle(Config(metrics_on_app_port=True), clock=fake_clock())
+        mw = GracefulMiddleware(hello, lifecycle)
+        answers = [call(mw, "/metrics") for _ in range(2)]
+        assert [captured.code for captured, _ in answers] == [404, 404]
+        assert b"pip install 'graceful-wsgi[prometheus]'" in finish(answers[0][1])
+        logged = [r.getMessage() for r in caplog.records if "/metrics answers 404" in r.getMessage()]
+        assert logged == [
+            "graceful: /metrics answers 404: prometheus_client is not installed:"
+            " pip install 'graceful-wsgi[prometheus]'"
+        ]
+
+
 class TestNesting:
     """Two middlewares of one lifecycle handle a request once; the innermost one's options apply."""
 
