@@ -119,6 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     """``graceful serve``: import the app, check the settings, serve, exit."""
+    from graceful.process.termination import report_file_problem
     from graceful.serve.server import AppImportError, load_app, serve, wrap_app
 
     logging.basicConfig(
@@ -136,6 +137,9 @@ def _serve(args: argparse.Namespace) -> int:
         lifecycle.check_budget()  # reads the config and checks it fits GRACEFUL_GRACE_PERIOD
     except (AppImportError, ConfigError) as exc:
         return _error(str(exc))
+    problem = report_file_problem(lifecycle.config.report_file)
+    if problem is not None:
+        return _error(problem)
     host, port = args.bind
     status = serve(
         app,

@@ -229,15 +229,11 @@ class Lifecycle(Registrations):
             return self.report
         # Wait for in-flight requests to finish.
         timeout = self.config.drain_timeout if drain_timeout is None else drain_timeout
-        self.stats.drain_began(self.clock.now(), self.in_flight.count)
-        drained = self.in_flight.wait(timeout, self.clock.wait)
-        abandoned = 0 if drained else self.in_flight.count
-        self.stats.drain_ended(self.clock.now(), abandoned)
-        if not drained:
+        if not self.drain_in_flight(timeout):
             logger.warning(
                 "graceful: drain timed out after %gs; abandoning %d in-flight request(s)",
                 timeout,
-                abandoned,
+                self.in_flight.count,
                 extra=self.log_fields("drain_timeout"),
             )
         self.in_flight_requests_drained.fire()
@@ -250,6 +246,20 @@ class Lifecycle(Registrations):
         self.report = self.report + self._cleanup_batch.wait()
         self.cleanup_finished.fire()
         return self.report
+
+    def drain_in_flight(self, timeout: float) -> bool:
+        """Stop counting new requests and wait up to ``timeout`` seconds for the in-flight ones; True if drained.
+
+        Records the drain's figures (:attr:`stats`): the requests in flight at
+        the first such wait and when it began, what is left at the last one
+        and when it ended. A Gunicorn worker in retry-after mode waits once on
+        its ``graceful-watch`` thread (the master keeps listening until every
+        worker has drained) and again, briefly, in ``worker_exit``.
+        """
+        self.stats.drain_began(self.clock.now(), self.in_flight.count)
+        drained = self.in_flight.wait(timeout, self.clock.wait)
+        self.stats.drain_ended(self.clock.now(), 0 if drained else self.in_flight.count)
+        return drained
 
     def wait_finished(self, timeout: float) -> bool:
         """Wait (on the lifecycle's clock) until CleanupFinished; return whether it fired."""

@@ -104,7 +104,11 @@ class Counter:
 
 @dataclasses.dataclass(frozen=True)
 class DrainFigures:
-    """One drain: when it began and ended (monotonic s), the requests it waited for and abandoned."""
+    """The drain: when it began and ended (monotonic s), the requests it waited for and abandoned.
+
+    A process may wait more than once (a Gunicorn worker in retry-after mode):
+    the figures run from the first wait's start to the last one's end.
+    """
 
     started_at: float
     in_flight: int
@@ -187,12 +191,13 @@ class RequestStats:
     # -- the drain (under Gunicorn: the worker's main thread) ----------------------
 
     def drain_began(self, at: float, in_flight: int) -> None:
-        """The drain began at ``at`` (monotonic s) with ``in_flight`` requests to wait for."""
+        """A drain began at ``at`` (monotonic s) with ``in_flight`` requests to wait for; the first one counts."""
         with self._lock:
-            self._drain = DrainFigures(at, in_flight)
+            if self._drain is None:
+                self._drain = DrainFigures(at, in_flight)
 
     def drain_ended(self, at: float, abandoned: int) -> None:
-        """The drain ended at ``at``, leaving ``abandoned`` requests still running."""
+        """A drain ended at ``at``, leaving ``abandoned`` requests still running; the last one counts."""
         with self._lock:
             if self._drain is not None:
                 self._drain = dataclasses.replace(self._drain, ended_at=at, abandoned=abandoned)

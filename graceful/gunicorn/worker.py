@@ -14,14 +14,17 @@ Runs in a worker process, forked from the master with a copy of
 * ``worker_exit`` (worker main thread, after Gunicorn stopped accepting, on
   every exit: shutdown, HUP, TTOU, max_requests recycling): wait for the
   in-flight requests (bounded by drain_timeout), run the cleanup tasks,
-  exit. It also runs in the master when Gunicorn finds a worker already
-  gone; that call is ignored.
+  leave this worker's part of the shutdown record for the master (in a
+  server shutdown; a recycled worker only logs it, at DEBUG), exit. It also
+  runs in the master when Gunicorn finds a worker already gone; that call is
+  ignored.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import logging
 import math
 import os
@@ -34,6 +37,7 @@ from typing import Any
 
 from graceful.core.budget import graceful_timeout_problem
 from graceful.core.lifecycle import Lifecycle, NullAdapter, SignalListener
+from graceful.core.record import ROLE_WORKER, part_of
 from graceful.core.registry import PRE_SHUTDOWN_HOOK
 from graceful.gunicorn.shared import SharedState
 from graceful.process.sockets import close_after_queue_drains
@@ -173,7 +177,7 @@ class WorkerShutdown:
                 pending.pop(0)
         if lifecycle.config.send_retry_after:
             # The master keeps the listeners open until every worker says it drained.
-            lifecycle.in_flight.wait(lifecycle.config.drain_timeout)
+            lifecycle.drain_in_flight(lifecycle.config.drain_timeout)
             self.shared.drained.report(self.pid)
         # The master says so when it cannot stop the listening itself (reuse_port, or listeners
         # shared with another master); otherwise it never does, and this daemon thread waits on.
@@ -199,9 +203,25 @@ class WorkerShutdown:
         started = self.term_at if self.term_at is not None else time.monotonic()
         remaining = max(0.0, started + lifecycle.config.drain_timeout - time.monotonic())
         lifecycle.drain_and_clean_up(drain_timeout=remaining)
+        self._leave_part()
         if lifecycle.hung_hooks or lifecycle.in_flight.count:
             # Interpreter exit would join hung hook threads, and gthread's
             # request threads still serving abandoned requests.
             lifecycle.exit(0)
         if not self.lifecycle.report.ok:
             logger.warning("graceful: worker %d cleanup: %s", self.pid, self.lifecycle.report.summary())
+
+    def _leave_part(self) -> None:
+        """This worker's part of the shutdown record: for the master in a server shutdown, else a DEBUG line."""
+        lifecycle = self.lifecycle
+        try:
+            part = part_of(lifecycle, self.pid, ROLE_WORKER)
+        except ValueError:  # never began a shutdown nor drained: nothing to say
+            return
+        except Exception:  # logged: the record must never change how the worker exits
+            logger.exception("graceful: worker %d could not build its part of the shutdown record", self.pid)
+            return
+        if lifecycle.shutdown_initiated.is_set():
+            self.shared.parts.write(self.pid, part)
+        elif logger.isEnabledFor(logging.DEBUG):
+            logger.debug("graceful: worker %d stopped on its own: %s", self.pid, json.dumps(part.to_json()))

@@ -150,3 +150,16 @@ class TestSampler:
         sampler.stop()
         assert sampler.samples[0].at == 500.0
         assert sampler.samples[-1].at == 507.0
+
+
+class TestDrainTwice:
+    def test_first_start_and_last_end_count(self) -> None:
+        """Two waits (a worker in retry-after mode): in flight at the first start, abandoned at the last end."""
+        stats = RequestStats(FakeClock())
+        stats.drain_began(1.0, in_flight=3)
+        stats.drain_ended(2.0, abandoned=1)
+        stats.drain_began(5.0, in_flight=1)
+        stats.drain_ended(5.5, abandoned=0)
+        drain = stats.drain
+        assert drain is not None
+        assert (drain.started_at, drain.in_flight, drain.ended_at, drain.abandoned) == (1.0, 3, 5.5, 0)
