@@ -1,12 +1,15 @@
-"""The ``graceful`` command: ``graceful serve module:app`` and ``graceful check``.
+"""The ``graceful`` command: ``graceful serve module:app``, ``graceful check`` and ``graceful timeline``.
 
     graceful serve myapp:app --bind 0.0.0.0:8000 --threads 8
     python -m graceful serve myapp:create_app() --keep-alive 0
     graceful check deployment.yaml
+    graceful timeline shutdown.json -o timeline.svg
 
 ``serve`` runs the single-process server (graceful.serve.server) with its whole
 shutdown timeline; settings come from ``GRACEFUL_*`` environment variables
-(graceful.core.config). ``check`` is ``graceful.kubernetes.command``'s own command line.
+(graceful.core.config). ``check`` is ``graceful.kubernetes.command``'s own command line,
+``timeline`` ``graceful.timeline``'s (exit 2 and one line for a file that is
+not a shutdown record, or without matplotlib).
 
 Exit status of ``serve``: 0 after a graceful shutdown; 1 on a second signal,
 a failed server loop or an overrun grace period (or when the address is in
@@ -95,6 +98,11 @@ def _parser() -> argparse.ArgumentParser:
         add_help=False,
         help="check Kubernetes manifests for settings that lose requests (graceful check --help)",
     )
+    commands.add_parser(
+        "timeline",
+        add_help=False,
+        help="draw a shutdown record (GRACEFUL_REPORT_FILE) as an SVG or PNG timeline (graceful timeline --help)",
+    )
     return parser
 
 
@@ -109,6 +117,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from graceful.kubernetes import command as check  # its dependencies are not needed to serve
 
         return check.main(args_list[1:])
+    if args_list[:1] == ["timeline"]:
+        from graceful import timeline  # matplotlib is imported only when drawing
+
+        return timeline.main(args_list[1:])
     parser = _parser()
     try:
         args = parser.parse_args(args_list)
