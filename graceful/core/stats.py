@@ -33,9 +33,10 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import threading
+import time
 from collections.abc import Callable, Iterable
 
-from graceful.core.clock import Clock
+from graceful.core.clock import Clock, MonotonicClock
 
 __all__ = [
     "LATE_SHARE",
@@ -151,9 +152,12 @@ class RequestStats:
     """One process's request statistics (see the module docstring); times on ``clock``."""
 
     def __init__(self, clock: Clock) -> None:
-        self._clock = clock
+        # The real clock's reading without its Python frame: arrived() runs on every request of a shutdown.
+        self._now: Callable[[], float] = time.monotonic if type(clock) is MonotonicClock else clock.now
         self._lock = threading.Lock()
         self._arrivals = {phase: Counter() for phase in PHASES}
+        self._delay_add = self._arrivals[PHASE_DELAY].add
+        self._draining_add = self._arrivals[PHASE_DRAINING].add
         self._late = Counter()
         self._rejections = {reason: Counter() for reason in REASONS}
         #: Monotonic time of ShutdownInitiated once :meth:`begin` was called.
@@ -175,12 +179,12 @@ class RequestStats:
 
     def arrived(self, stopped: bool) -> None:
         """A request arrived after ShutdownInitiated; ``stopped``: NotAcceptingNewRequests had fired."""
-        now = self._clock.now()
+        now = self._now()
         self.last_arrival_at = now
         if stopped:
-            self._arrivals[PHASE_DRAINING].add()
+            self._draining_add()
             return
-        self._arrivals[PHASE_DELAY].add()
+        self._delay_add()
         if now >= self._late_from:
             self._late.add()
 
