@@ -36,7 +36,7 @@ MAX_RECORD_BYTES = 64 << 20
 #: Above this many hook runs, bars are drawn per hook (the runs of all processes together).
 MAX_BARS = 40
 #: Arrivals and rejections per second are averaged over at least this many seconds.
-RATE_WINDOW = 0.25
+RATE_WINDOW = 0.1
 
 INSTALL = "matplotlib is not installed: pip install 'graceful-wsgi[plot]'"
 
