@@ -52,6 +52,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
+import weakref
 from collections.abc import Callable
 from typing import NoReturn, Protocol
 
@@ -438,7 +439,9 @@ class Lifecycle(Registrations):
         self.stats.begin(t0, self.config.shutdown_delay)
         if self.serves_requests and self._sampler is None:
             limit = min(MAX_SAMPLES, math.ceil(self.config.grace_period / SAMPLE_INTERVAL) + 2)
-            self._sampler = Sampler(self.clock, self._sample, limit)
+            # Weakly: a lifecycle dropped mid-shutdown (a test's) does not keep a sampler thread going.
+            sample = weakref.WeakMethod(self._sample)
+            self._sampler = Sampler(self.clock, lambda: _call_alive(sample), limit)
             self._sampler.start()
 
     def _sample(self) -> tuple[int, int, int]:
@@ -502,6 +505,12 @@ class Lifecycle(Registrations):
         self._sampler = None
         if self.shutdown_initiated.fired_at is not None:  # forked during the shutdown delay
             self._observe_shutdown()
+
+
+def _call_alive(method: weakref.WeakMethod[Callable[[], tuple[int, int, int]]]) -> tuple[int, int, int] | None:
+    """Call a weakly held method, or return None once its object is gone."""
+    alive = method()
+    return None if alive is None else alive()
 
 
 class ServerAdapter(Protocol):

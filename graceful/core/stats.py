@@ -258,10 +258,11 @@ class Sampler:
     clock, whose time it reads for each sample), from :meth:`start` until
     :meth:`stop`, and at most ``limit`` samples (then it stops and says it
     was truncated); :meth:`stop` takes one last sample. ``read()`` returns
-    the in-flight count, arrivals and rejections so far.
+    the in-flight count, arrivals and rejections so far, or None when there
+    is nothing left to sample (the lifecycle is gone): the thread then ends.
     """
 
-    def __init__(self, clock: Clock, read: Callable[[], tuple[int, int, int]], limit: int) -> None:
+    def __init__(self, clock: Clock, read: Callable[[], tuple[int, int, int] | None], limit: int) -> None:
         self._clock = clock
         self._read = read
         self.limit = max(2, limit)
@@ -288,6 +289,13 @@ class Sampler:
         self._stop.set()
         self._take()
 
+    def join(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the thread to end; True once it has (or never started)."""
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+        return thread is None or not thread.is_alive()
+
     @property
     def samples(self) -> list[Sample]:
         """The samples so far, in time order (a copy)."""
@@ -297,11 +305,14 @@ class Sampler:
     def _run(self) -> None:
         while not self._stop.wait(SAMPLE_INTERVAL):
             if not self._take():
-                self.truncated = True
+                self.truncated = len(self._samples) >= self.limit
                 return
 
     def _take(self) -> bool:
-        in_flight, arrived, rejected = self._read()
+        values = self._read()
+        if values is None:
+            return False
+        in_flight, arrived, rejected = values
         with self._lock:
             if len(self._samples) >= self.limit:
                 return False

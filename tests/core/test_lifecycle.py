@@ -456,3 +456,15 @@ class TestObservation:
         lc.reinit_after_fork()
         assert lc.stats.rejections()["draining"] == 0
         assert lc.serves_requests
+
+    def test_a_dropped_lifecycle_does_not_keep_its_sampler(self) -> None:
+        """A lifecycle dropped in the middle of its shutdown lets its sampler thread end."""
+        import gc
+
+        lc = Lifecycle(Config(shutdown_delay=1), clock=FakeClock())
+        lc.initiate_shutdown()
+        sampler = lc._sampler
+        assert sampler is not None
+        del lc
+        gc.collect()
+        assert sampler.join(10)

@@ -163,3 +163,14 @@ class TestDrainTwice:
         drain = stats.drain
         assert drain is not None
         assert (drain.started_at, drain.in_flight, drain.ended_at, drain.abandoned) == (1.0, 3, 5.5, 0)
+
+
+class TestSamplerEnds:
+    def test_when_there_is_nothing_left_to_sample(self) -> None:
+        """A read that returns None (its lifecycle is gone) ends the thread, not truncated."""
+        values: list[tuple[int, int, int] | None] = [(1, 0, 0), (2, 0, 0), None]
+        sampler = Sampler(FakeClock(), lambda: values.pop(0) if values else None, limit=100)
+        sampler.start()
+        assert sampler.join(10)
+        assert [s.in_flight for s in sampler.samples] == [1, 2]
+        assert not sampler.truncated
