@@ -107,7 +107,7 @@ from graceful.core.stats import REASON_DRAINING, REASON_MAX_IN_FLIGHT, REASON_SH
 from graceful.core.waitgroup import ClosesOnce, Release, WaitGroupClosed
 from graceful.wsgi.health import DEFAULT_CHECK_TIMEOUT, HealthChecks
 from graceful.wsgi.long_running import LongRunning, is_long_running, path_prefixes
-from graceful.wsgi.probes import CHECK_PREFIXES, answer_probe, probe_routes
+from graceful.wsgi.probes import CHECK_PREFIXES, METRICS_PATH, ROOT_PATHS, answer_probe
 from graceful.wsgi.replies import SHUTTING_DOWN, TOO_MANY, reply
 
 if TYPE_CHECKING:
@@ -131,6 +131,9 @@ SHUTTING_DOWN_KEY = "graceful.shutting_down"
 LIFECYCLE_KEY = "graceful.lifecycle"
 
 _UNSEEN = object()  # GracefulMiddleware._file_wrapper and _closing_iterator before the first response
+# GracefulMiddleware._special: why a request cannot take the plain path at once (None: it can).
+_PASS_THROUGH = "pass through"  # a GracefulMiddleware of the same lifecycle is inside
+_METRICS_ROUTE = "metrics route"  # config.metrics_on_app_port: /metrics is answered here
 
 
 def _werkzeug_closing_iterator() -> type | None:
@@ -264,14 +267,18 @@ class GracefulMiddleware:
         self.health = HealthChecks(self.lifecycle, check_timeout=check_timeout, check_cache_ttl=check_cache_ttl)
         #: A middleware of the same lifecycle inside ``app``; when set, this one passes everything through.
         self.inner = find_middleware(app, self.lifecycle)
-        self._transparent = self.inner is not None
+        # Looked at by every request already (the pass-through test), so /metrics on the app port
+        # costs nothing when it is off: the health paths' "z" test stays as it is.
+        self._special: str | None = None
+        if self.inner is not None:
+            self._special = _PASS_THROUGH
+        elif self.lifecycle.config.metrics_on_app_port:
+            self._special = _METRICS_ROUTE
         # The server's wsgi.file_wrapper class, remembered from its first request (one server per
         # process). Were it to change, file wrappers would merely be wrapped, losing sendfile.
         self._file_wrapper: object = _UNSEEN
         # Werkzeug's ClosingIterator (see _werkzeug_closing_iterator), looked up at the same time.
         self._closing_iterator: object = _UNSEEN
-        # The health paths' quick test and their table: with metrics on the app port, /metrics too.
-        self._probe_char, self._probe_paths = probe_routes(self.lifecycle.config.metrics_on_app_port)
         # Bound once: the hot path below reads only locals and these.
         self._initiated = self.lifecycle.shutdown_initiated
         self._not_accepting = self.lifecycle.not_accepting_new_requests
@@ -288,15 +295,21 @@ class GracefulMiddleware:
 
     def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         lifecycle = self.lifecycle
-        # Another GracefulMiddleware of this lifecycle handles it: one inside, or one outside.
-        if self._transparent or (LIFECYCLE_KEY in environ and environ[LIFECYCLE_KEY] is lifecycle):
-            return self.app(environ, start_response)
+        if self._special or (LIFECYCLE_KEY in environ and environ[LIFECYCLE_KEY] is lifecycle):
+            # Another GracefulMiddleware of this lifecycle handles it: one inside, or one outside.
+            if self._special is not _METRICS_ROUTE or (
+                LIFECYCLE_KEY in environ and environ[LIFECYCLE_KEY] is lifecycle
+            ):
+                return self.app(environ, start_response)
+            # Or this one answers /metrics, on the app port; every other path goes on as usual.
+            if "PATH_INFO" in environ and environ["PATH_INFO"] == METRICS_PATH:
+                return answer_probe(self.health, environ, start_response, METRICS_PATH)
         environ[LIFECYCLE_KEY] = lifecycle
         environ[SHUTTING_DOWN_KEY] = self._shutting_down
         try:
             path = environ["PATH_INFO"]
-            # probes.is_probe_path(), inlined: one character every health path has, few others do.
-            health = self._probe_char in path and (path in self._probe_paths or path.startswith(CHECK_PREFIXES))
+            # probes.is_probe_path(), inlined: every health path has a "z", few others do.
+            health = "z" in path and (path in ROOT_PATHS or path.startswith(CHECK_PREFIXES))
         except (KeyError, TypeError):  # no PATH_INFO, or no string (the server's bug): no health path
             health = False
         if health:

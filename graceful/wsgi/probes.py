@@ -22,7 +22,7 @@ from graceful.wsgi.replies import NO_METRICS, NOT_ALLOWED, reply
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIEnvironment
 
-__all__ = ["CHECK_PREFIXES", "METRICS_PATH", "ROOT_PATHS", "answer_probe", "is_probe_path", "probe_routes"]
+__all__ = ["CHECK_PREFIXES", "METRICS_PATH", "ROOT_PATHS", "answer_probe", "is_probe_path"]
 
 logger = logging.getLogger(__name__)
 
@@ -34,15 +34,6 @@ CHECK_PREFIXES = tuple(f"/{endpoint}/" for endpoint in ENDPOINTS)
 METRICS_PATH = "/metrics"
 _METRICS = "metrics"
 _WITH_METRICS = {**ROOT_PATHS, METRICS_PATH: _METRICS}
-
-
-def probe_routes(metrics: bool) -> tuple[str, dict[str, str]]:
-    """The quick test's character and the root paths, with ``/metrics`` or without.
-
-    Every health path has a "z", few other paths do; ``/metrics`` has none,
-    so with it the test is an "e" (which every one of them has).
-    """
-    return ("e", _WITH_METRICS) if metrics else ("z", ROOT_PATHS)
 
 
 def is_probe_path(path: str) -> bool:

@@ -848,6 +848,26 @@ class TestMetricsOnTheAppPort:
         finish(call(mw, "/metrics")[1])
         assert lifecycle.stats.totals() == (0, 0)
 
+    def test_nested_middlewares_answer_it_once(self) -> None:
+        """Wrapped twice with one lifecycle (a Gunicorn worker around a Flask app's), /metrics is answered inside."""
+        lifecycle = Lifecycle(Config(metrics_on_app_port=True), clock=fake_clock())
+        inner = GracefulMiddleware(hello, lifecycle)
+        outer = GracefulMiddleware(inner, lifecycle)
+        captured, result = call(outer, "/metrics")
+        assert captured.code == 200 and b"graceful_requests_in_flight" in finish(result)
+        assert finish(call(outer, "/")[1]) == b"hello"
+        lifecycle.initiate_shutdown()
+        finish(call(outer, "/")[1])
+        assert lifecycle.stats.arrivals()["delay"] == 1  # counted once, by the inner one
+
+    def test_a_request_already_handled_outside_passes_through(self) -> None:
+        """With the route on, a request an outer middleware of the lifecycle handles goes straight to the app."""
+        lifecycle = Lifecycle(Config(metrics_on_app_port=True), clock=fake_clock())
+        mw = GracefulMiddleware(hello, lifecycle)
+        environ = environ_for("/metrics")
+        environ[LIFECYCLE_KEY] = lifecycle
+        assert b"".join(mw(environ, Captured())) == b"hello"
+
     def test_404_and_one_log_line_without_prometheus_client(
         self, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
     ) -> None:
