@@ -4,8 +4,10 @@ Every function here is a Gunicorn server hook, and each docstring says where
 Gunicorn runs it: the master (``on_starting``, ``when_ready``, ``on_reload``,
 ``on_exit``) hands to :mod:`graceful.gunicorn.master`; a worker
 (``post_fork``, ``post_worker_init``, ``pre_request``, ``worker_exit``) to
-:mod:`graceful.gunicorn.worker`. A config that defines one of them itself
-calls ours from it (``graceful.conf.post_fork(server, worker)``).
+:mod:`graceful.gunicorn.worker`. ``on_starting`` first refuses a worker
+class graceful does not support (:mod:`graceful.gunicorn.worker_classes`).
+A config that defines one of these hooks itself calls ours from it
+(``graceful.conf.post_fork(server, worker)``).
 
 Settings come from ``GRACEFUL_*`` environment variables (see
 ``graceful.core.config``), read when this module is imported; a bad one stops
@@ -27,6 +29,7 @@ from graceful.core.config import ConfigError
 from graceful.core.default import default_lifecycle
 from graceful.gunicorn.master import MasterShutdown
 from graceful.gunicorn.worker import WorkerShutdown
+from graceful.gunicorn.worker_classes import refuse_unsupported
 
 __all__ = [
     "graceful_timeout",
@@ -83,7 +86,8 @@ def _log_to_gunicorn(server: Any) -> None:
 
 
 def on_starting(server: Any) -> None:
-    """Master, main thread, before the listeners and the first fork: check settings, share state."""
+    """Master, main thread, before the listeners and the first fork: check the worker class and settings."""
+    refuse_unsupported(server)
     _log_to_gunicorn(server)
     _check_settings(server)
     server.graceful = MasterShutdown(server, default_lifecycle)
