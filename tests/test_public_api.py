@@ -53,6 +53,7 @@ class TestPublicPaths:
             "post_worker_init",
             "pre_request",
             "when_ready",
+            "worker_abort",
             "worker_exit",
         }
         assert set(graceful.conf.__all__) == expected

@@ -3,11 +3,11 @@
 Every function here is a Gunicorn server hook, and each docstring says where
 Gunicorn runs it: the master (``on_starting``, ``when_ready``, ``on_reload``,
 ``on_exit``) hands to :mod:`graceful.gunicorn.master`; a worker
-(``post_fork``, ``post_worker_init``, ``pre_request``, ``worker_exit``) to
-:mod:`graceful.gunicorn.worker`. ``on_starting`` first refuses a worker
-class graceful does not support (:mod:`graceful.gunicorn.worker_classes`).
-A config that defines one of these hooks itself calls ours from it
-(``graceful.conf.post_fork(server, worker)``).
+(``post_fork``, ``post_worker_init``, ``pre_request``, ``worker_abort``,
+``worker_exit``) to :mod:`graceful.gunicorn.worker`. ``on_starting`` first
+refuses a worker class graceful does not support
+(:mod:`graceful.gunicorn.worker_classes`). A config that defines one of
+these hooks itself calls ours from it (``graceful.conf.post_fork(server, worker)``).
 
 Settings come from ``GRACEFUL_*`` environment variables (see
 ``graceful.core.config``), read when this module is imported; a bad one stops
@@ -40,6 +40,7 @@ __all__ = [
     "post_worker_init",
     "pre_request",
     "when_ready",
+    "worker_abort",
     "worker_exit",
 ]
 
@@ -125,6 +126,13 @@ def post_worker_init(worker: Any) -> None:
 def pre_request(worker: Any, req: Any) -> None:
     """Worker, the thread serving ``req``: ask for ``Connection: close`` once shutting down."""
     worker.graceful.before_request(req)
+
+
+def worker_abort(worker: Any) -> None:
+    """Worker, inside its SIGABRT handler (the master killed it for missing its timeout): note it."""
+    state = getattr(worker, "graceful", None)
+    if state is not None:
+        state.abort()
 
 
 def worker_exit(server: Any, worker: Any) -> None:
