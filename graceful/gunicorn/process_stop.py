@@ -50,10 +50,11 @@ logger = logging.getLogger(__name__)
 class ProcessStop:
     """One worker's stop; made in ``post_fork``, installed in ``post_worker_init``."""
 
-    def __init__(self, worker: Any, shared: SharedState, drain_timeout: float) -> None:
+    def __init__(self, worker: Any, shared: SharedState) -> None:
         self.worker = worker
         self.shared = shared
-        self.drain_timeout = drain_timeout
+        #: Seconds the drain may take from the stop's start (the config's, once the app is loaded).
+        self.drain_timeout = 0.0
         self.pid = os.getpid()
         #: Monotonic time of this worker's SIGTERM, set by the OS handler.
         self.term_at: float | None = None
@@ -91,8 +92,13 @@ class ProcessStop:
         if self.term_at is None:
             self.term_at = time.monotonic()
 
-    def install(self, gthread: GthreadStop | None, gevent: GeventServers | None) -> None:
-        """``post_worker_init``: take SIGTERM over, start the ``graceful-stop`` thread (after gevent's patch)."""
+    def install(self, drain_timeout: float, gthread: GthreadStop | None, gevent: GeventServers | None) -> None:
+        """``post_worker_init``: take SIGTERM over, start the ``graceful-stop`` thread (after gevent's patch).
+
+        ``drain_timeout`` is the config's now that the app (which may
+        configure the lifecycle) is loaded.
+        """
+        self.drain_timeout = drain_timeout
         self.gthread = gthread
         self.gevent = gevent
         # Made now: under gevent, of the cooperative kind.

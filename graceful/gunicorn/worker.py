@@ -88,7 +88,7 @@ class WorkerShutdown:
         lifecycle.adapter = NullAdapter()
         lifecycle.registry.close(PRE_SHUTDOWN_HOOK, _IN_WORKER)
         #: Why and since when this worker stops (see graceful.gunicorn.process_stop).
-        self.stop = ProcessStop(worker, shared, lifecycle.config.drain_timeout)
+        self.stop = ProcessStop(worker, shared)
         self.stop.note_early_term()
         #: Set by ``worker_abort`` (inside the SIGABRT handler): the master killed it for its timeout.
         self.timed_out = False
@@ -117,7 +117,7 @@ class WorkerShutdown:
         if hasattr(self.worker, "accept"):  # sync and gthread accept in a method; gevent in its servers
             self._guard_accept()
         gthread = GthreadStop.install(self.worker) if self.kind == "gthread" else None
-        self.stop.install(gthread, gevent)
+        self.stop.install(lifecycle.config.drain_timeout, gthread, gevent)
         lifecycle.run_post_start_hooks()
         threading.Thread(target=self._watch, name="graceful-watch", daemon=True).start()
         self._booted = True

@@ -53,7 +53,9 @@ class Request:
 
 def stop_of(worker: object, shared: Shared | None = None, drain_timeout: float = 5.0) -> ProcessStop:
     holder: Any = shared or Shared()
-    return ProcessStop(worker, holder, drain_timeout)
+    stop = ProcessStop(worker, holder)
+    stop.drain_timeout = drain_timeout  # what install() sets from the config
+    return stop
 
 
 def wait_until(condition: Any, timeout: float = 5.0) -> bool:
@@ -174,7 +176,7 @@ class TestSigterm:
         shared.stop_reason.write(StopReason.RELOAD)
         stop = stop_of(SyncWorker(), shared)
         with caplog.at_level(logging.INFO, logger="graceful"):
-            stop.install(None, None)
+            stop.install(5.0, None, None)
             os.kill(os.getpid(), signal.SIGTERM)
             assert wait_until(lambda: stop.stopping)
         assert sigterm == [signal.SIGTERM]
@@ -186,7 +188,7 @@ class TestSigterm:
         worker = NewGthreadWorker()
         worker.nr_conns = 1
         stop = stop_of(worker)
-        stop.install(GthreadStop.install(worker), None)
+        stop.install(5.0, GthreadStop.install(worker), None)
         os.kill(os.getpid(), signal.SIGTERM)
         assert wait_until(lambda: worker.worker_connections == 0)
         time.sleep(0.2)
@@ -201,6 +203,6 @@ class TestSigterm:
         os.kill(os.getpid(), signal.SIGTERM)
         assert stop.term_at is not None
         signal.signal(signal.SIGTERM, lambda signum, _frame: sigterm.append(signum))  # Gunicorn's init_signals
-        stop.install(None, None)
+        stop.install(5.0, None, None)
         assert wait_until(lambda: stop.stopping)
         assert sigterm == [signal.SIGTERM]
