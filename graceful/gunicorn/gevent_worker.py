@@ -16,17 +16,20 @@ gevent's ``monkey.patch_all()`` before ``post_worker_init``, so by then
   built in ``run()`` from the module global
   ``gunicorn.workers.ggevent.StreamServer``. Before ``run()`` reads it, it
   is replaced, in this process only, by a subclass that records each
-  server (:class:`GeventServers`) and, when the master shuts a listener
-  down (``shutdown(SHUT_RD)``: the server stopped listening), turns the
-  ``EINVAL`` of ``accept()`` into a quiet close and one INFO line, instead
-  of gevent's traceback and its "failed with [Errno 22]" line.
+  server (:class:`GeventServers`) and can stop accepting for good without
+  closing its socket. When the master shuts a listener down
+  (``shutdown(SHUT_RD)``: the server stopped listening), the ``EINVAL`` of
+  ``accept()`` stops it accepting, with one INFO line, instead of gevent's
+  traceback and its "failed with [Errno 22]" line.
 
-Gunicorn's own stop needs nothing more: at ``alive = False`` it closes the
-servers (at most a second later), answers the next request on every
-keep-alive connection with ``Connection: close`` and waits for its
-connections; :meth:`GeventServers.stop_accepting` closes them at once where
-graceful knows the worker is stopping. A cleanup task or hook that blocks
-in C, without yielding to the hub, cannot be timed out here.
+Never close a server's socket early: a connection accepted just before,
+whose greenlet has not started yet, would find its listener gone
+(``getsockname()``: EBADF) and be reset. Gunicorn's own stop closes them at
+``alive = False`` (at most a second later), answers the next request on
+every keep-alive connection with ``Connection: close`` and waits for its
+connections; :meth:`GeventServers.stop_accepting` stops the accepting at
+once where graceful knows the worker is stopping. A cleanup task or hook
+that blocks in C, without yielding to the hub, cannot be timed out here.
 """
 
 from __future__ import annotations
@@ -51,14 +54,9 @@ class GeventServers:
         self.servers: list[Any] = []
 
     def stop_accepting(self) -> None:
-        """Close every server: no more accepting here; the sockets stay open for every other process.
-
-        Closes only this process's copy of each listener. Not
-        ``stop_accepting()``: while a server is started, its pool re-arms
-        accepting whenever a slot frees. Any greenlet; idempotent.
-        """
+        """No server accepts here any more; the sockets stay open (Gunicorn closes them). Any greenlet; idempotent."""
         for server in list(self.servers):
-            server.close()
+            server.stop_accepting_for_good()
 
 
 def prepare(worker: Any, lifecycle: Lifecycle) -> GeventServers | None:
@@ -82,11 +80,22 @@ def prepare(worker: Any, lifecycle: Lifecycle) -> GeventServers | None:
     pid = os.getpid()
 
     class QuietStreamServer(base):  # type: ignore[misc, valid-type]  # gevent's StreamServer, found at run time
-        """gevent's StreamServer; recorded, and closed quietly once its listener is shut down."""
+        """gevent's StreamServer; recorded, and able to stop accepting for good, quietly."""
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
+            #: True once it accepts no more (its socket stays open until Gunicorn closes it).
+            self.stopped_accepting = False
             recorded.servers.append(self)
+
+        def stop_accepting_for_good(self) -> None:
+            self.stopped_accepting = True
+            self.stop_accepting()
+
+        def start_accepting(self) -> None:
+            # gevent re-arms a started server's accepting whenever its pool frees a slot.
+            if not self.stopped_accepting:
+                super().start_accepting()
 
         def do_read(self) -> Any:
             try:
@@ -95,8 +104,9 @@ def prepare(worker: Any, lifecycle: Lifecycle) -> GeventServers | None:
                 if exc.errno != errno.EINVAL:
                     raise
                 # The master shut the listener down: this server stopped listening for good.
-                logger.info("graceful: worker %d: listener %s shut down; stopped accepting", pid, self.address)
-                self.close()
+                if not self.stopped_accepting:
+                    logger.info("graceful: worker %d: listener %s shut down; stopped accepting", pid, self.address)
+                self.stop_accepting_for_good()
                 return None
 
     module.StreamServer = QuietStreamServer  # type: ignore[union-attr]  # found above

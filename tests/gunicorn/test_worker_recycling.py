@@ -6,9 +6,10 @@ keep-alive clients (tests/e2e_harness.py's LoadGenerator; half the requests
 slow, 0-100 ms) for a few seconds while workers are recycled. A recycled
 worker is a process stop: graceful must lose no request (Gunicorn 22-26's
 gthread worker closes keep-alive connections under clients that are sending
-on them). Plain Gunicorn's count is printed beside graceful's at the end of
-the module, never asserted: it is a race (0 on 27.0.1, where Gunicorn fixed
-it, and on sync, which closes every connection).
+on them; a gevent worker must not close its listener under a connection
+just accepted). Plain Gunicorn's count is printed beside graceful's at the
+end of the module, never asserted: it is a race (0 on 27.0.1, where
+Gunicorn fixed it, on sync, which closes every connection, and on gevent).
 """
 
 from __future__ import annotations
@@ -123,6 +124,8 @@ def report(request: pytest.FixtureRequest) -> Iterator[list[list[str]]]:
         ("gthread", "ttou"),
         ("sync", "max_requests"),
         ("sync", "hup"),
+        ("gevent", "max_requests"),
+        ("gevent", "hup"),
     ],
 )
 def test_recycled_workers_lose_no_request(

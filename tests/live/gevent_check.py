@@ -97,7 +97,9 @@ print(
             "waited": round(waited.get("seconds", -1.0), 3),
             "ticks_while_waiting": waiting_ticks,
             "recorded": len(servers.servers) if servers is not None else None,
-            "server_closed": bool(server.closed),
+            # graceful's server stops accepting and keeps its socket; gevent's own closes it.
+            "stopped": bool(getattr(server, "stopped_accepting", False) or server.closed),
+            "socket_open": not server.closed,
         }
     ),
     flush=True,
