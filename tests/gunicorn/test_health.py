@@ -6,7 +6,6 @@ nothing forks here. tests/gunicorn/test_health_port.py runs the real thing.
 
 from __future__ import annotations
 
-import http.client
 import logging
 import os
 import time
@@ -20,6 +19,7 @@ from graceful.core.lifecycle import Lifecycle
 from graceful.gunicorn.health import FD_ENV, HANDOFF_ENV, HealthChannel, MasterHealth, start_worker_health
 from graceful.healthport.snapshot import Snapshot
 from graceful.wsgi.health import CheckResult
+from tests.healthport.helpers import get
 
 SOON = 5.0
 
@@ -79,14 +79,7 @@ def snapshot(pid: int, *, ready: bool = True, stopping: bool = False) -> Snapsho
 
 
 def probe(health: MasterHealth, path: str) -> tuple[int, str]:
-    assert health.port.listener is not None
-    conn = http.client.HTTPConnection("127.0.0.1", health.port.listener.getsockname()[1], timeout=SOON)
-    try:
-        conn.request("GET", path)
-        response = conn.getresponse()
-        return response.status, response.read().decode()
-    finally:
-        conn.close()
+    return get(health.port.listener, path, SOON)
 
 
 def eventually(predicate: Any, timeout: float = SOON) -> bool:

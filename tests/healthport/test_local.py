@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import http.client
 import threading
 import time
 from collections.abc import Iterator
@@ -14,6 +13,7 @@ from graceful.core.lifecycle import Lifecycle
 from graceful.healthport.address import HealthAddress
 from graceful.healthport.local import LocalHealth
 from graceful.wsgi.health import HealthChecks
+from tests.healthport.helpers import get
 
 SOON = 5.0
 
@@ -33,14 +33,7 @@ def local(lifecycle: Lifecycle) -> Iterator[LocalHealth]:
 
 
 def probe(health: LocalHealth, path: str) -> tuple[int, str]:
-    assert health.port.listener is not None
-    conn = http.client.HTTPConnection("127.0.0.1", health.port.listener.getsockname()[1], timeout=SOON)
-    try:
-        conn.request("GET", path)
-        response = conn.getresponse()
-        return response.status, response.read().decode()
-    finally:
-        conn.close()
+    return get(health.port.listener, path, SOON)
 
 
 def eventually(health: LocalHealth, path: str, status: int) -> tuple[int, str]:
