@@ -107,7 +107,8 @@ class TestPlainGunicornComparison:
         run = rolling_restart(processes, tmp_path, worker_class, graceful=False)
         report.append(run)
 
-        assert len(run.records) > 200
+        # A total that a loaded 2-core machine still reaches: plain sync served 373 once.
+        assert len(run.records) > 100
         assert len(run.terminations) == 2
         assert run.by_class()[OTHER] == 0, run.describe()
 
@@ -117,6 +118,11 @@ class TestPlainGunicornComparison:
         run = direct_sigterm(processes, worker_class, graceful=False)
         report.append(run)
 
-        assert len(run.records) > 100
         assert len(run.terminations) == 1
+        # Plain Gunicorn stops within a second of SIGTERM, so the run is short:
+        # what makes it a measurement is traffic on both sides of the signal,
+        # not a total (a loaded CI machine served 96 requests in it once).
+        sigterm_at = run.terminations[0].sigterm_at
+        assert len([r for r in run.records if r.started < sigterm_at]) > 20
+        assert [r for r in run.records if r.started >= sigterm_at], "nothing was sent after SIGTERM"
         assert run.by_class()[OTHER] == 0, run.describe()
