@@ -36,7 +36,9 @@ Scenarios (each returns a :class:`Run`):
 :func:`direct_sigterm`
     one instance, the clients straight at it, SIGTERM. With no load
     balancer to go elsewhere, connections made after the listeners close
-    are refused: that is reported, not a loss.
+    are refused: that is reported, not a loss. ``/readyz`` and ``/livez``
+    are probed on new connections every 50 ms from the SIGTERM to the
+    delay's end (:class:`Probe`).
 """
 
 from __future__ import annotations
@@ -79,7 +81,11 @@ OTHER = "other"
 WORKERS: dict[str, tuple[str, ...]] = {
     "sync": ("-k", "sync", "-w", "4"),
     "gthread": ("-k", "gthread", "-w", "2", "--threads", "8"),
+    "gevent": ("-k", "gevent", "-w", "2"),
 }
+
+#: Lines that must never appear in a graceful Gunicorn's log (a traceback, gevent's listener error).
+LOG_PROBLEMS = re.compile(r"Traceback|Errno 22|failed with")
 
 ROLLING = "rolling restart behind HAProxy"
 DIRECT = "direct SIGTERM, no load balancer"
@@ -402,6 +408,10 @@ class OutputTail:
         """The last ``last`` lines, for failure messages."""
         return "\n".join(f"  [{self.name}] {line}" for _at, line in self.lines[-last:])
 
+    def matching(self, regex: re.Pattern[str]) -> list[str]:
+        """Every line so far that ``regex`` finds something in."""
+        return [line for _at, line in list(self.lines) if regex.search(line)]
+
 
 def wait_exit(proc: subprocess.Popen[str], timeout: float) -> float:
     """Wait until ``proc`` exits; return the monotonic time it did (to the millisecond, via pidfd)."""
@@ -451,6 +461,10 @@ class Managed:
     def log(self, last: int | None = None) -> str:
         """The last ``last`` lines of its output (``log_lines`` by default)."""
         return self.output.text(last or self.log_lines) if self.output is not None else ""
+
+    def problems(self) -> list[str]:
+        """Its output lines that must never appear (:data:`LOG_PROBLEMS`)."""
+        return self.output.matching(LOG_PROBLEMS) if self.output is not None else []
 
 
 class Gunicorn(Managed):
@@ -660,6 +674,33 @@ class Termination:
     marked_down_at: float | None = None
 
 
+@dataclasses.dataclass(frozen=True)
+class Probe:
+    """One health probe on a new connection: when it was sent, the path, the status (-1: no answer)."""
+
+    sent_at: float
+    path: str
+    status: int
+
+
+def probe_health(port: int, start: float, end: float) -> list[Probe]:
+    """Ask ``/readyz`` and ``/livez`` on new connections every 50 ms from ``start`` to ``end`` (monotonic)."""
+    probes: list[Probe] = []
+    time.sleep(max(0.0, start - time.monotonic()))
+    for _ in range(10_000):
+        if time.monotonic() >= end:
+            break
+        for path in ("/readyz", "/livez"):
+            sent_at = time.monotonic()
+            try:
+                status = http_get(port, path, timeout=2.0)[0]
+            except (OSError, http.client.HTTPException):
+                status = -1
+            probes.append(Probe(sent_at, path, status))
+        time.sleep(0.05)
+    return probes
+
+
 @dataclasses.dataclass
 class Run:
     """Everything one scenario measured."""
@@ -674,6 +715,10 @@ class Run:
     logs: list[str] = dataclasses.field(default_factory=list)
     #: graceful's shutdown delay (s); for plain Gunicorn the same span after SIGTERM, for comparison.
     delay_window: float = 0.0
+    #: Health probes from the SIGTERM to the delay's end (direct SIGTERM only).
+    probes: list[Probe] = dataclasses.field(default_factory=list)
+    #: Log lines that must not appear (tracebacks, gevent's listener errors), from every instance.
+    log_problems: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def mode(self) -> str:
@@ -847,6 +892,7 @@ def rolling_restart(
             records = load.stop()
         ended_at = time.monotonic()
         logs = [haproxy.log(), *(instance.log(30) for instance in everything)]
+        problems = [line for instance in everything for line in instance.problems()]
         return Run(
             ROLLING,
             worker_class,
@@ -857,6 +903,7 @@ def rolling_restart(
             ended_at,
             logs,
             shutdown_delay,
+            log_problems=problems,
         )
     finally:
         haproxy.kill()
@@ -886,19 +933,28 @@ def direct_sigterm(
         instance.wait_ready()
         load = LoadGenerator(instance.url, duration=60.0).start()
         started_at = time.monotonic()
+        probes: list[Probe] = []
         try:
             time.sleep(warm_up)
             sigterm_at = instance.terminate()
+            prober = threading.Thread(
+                target=lambda: probes.extend(probe_health(instance.port, sigterm_at, sigterm_at + shutdown_delay)),
+                name="probe-health",
+                daemon=True,
+            )
+            prober.start()
             if graceful:
                 time.sleep(max(0.0, shutdown_delay - 0.5))
             long_path = f"/slow?ms={long_ms}&bytes={load.slow_bytes}"
             for _ in range(2):
                 load.one_off(long_path, load.slow_bytes)
             returncode = instance.wait_exit(timeout=shutdown_delay + 30)
+            prober.join(shutdown_delay + 5)
         finally:
             records = load.stop()
         assert instance.exited_at is not None
         term = Termination("direct", instance.pid, sigterm_at, instance.exited_at, returncode)
+        problems = instance.problems()
         return Run(
             DIRECT,
             worker_class,
@@ -909,6 +965,8 @@ def direct_sigterm(
             time.monotonic(),
             [instance.log(40)],
             shutdown_delay,
+            probes,
+            problems,
         )
     finally:
         instance.kill()

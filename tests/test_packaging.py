@@ -32,7 +32,7 @@ FILE_NAME = DIST_NAME.replace("-", "_")
 EXTRAS = {
     "flask": ["flask", "graceful.flask"],
     "django": ["django"],
-    "gevent": ["gevent"],
+    "gevent": ["gevent", "packaging"],
     "prometheus": ["prometheus_client"],
     "plot": ["matplotlib"],
 }

@@ -54,6 +54,7 @@ class TestPublicPaths:
             "pre_exec",
             "pre_request",
             "when_ready",
+            "worker_abort",
             "worker_exit",
         }
         assert set(graceful.conf.__all__) == expected

@@ -27,7 +27,10 @@ from tests.e2e_harness import (
 
 pytestmark = [pytest.mark.e2e, pytest.mark.gunicorn, pytest.mark.load]
 
-WORKER_CLASSES = ["sync", "gthread"]
+WORKER_CLASSES = ["sync", "gthread", "gevent"]
+
+#: The first failing /readyz must have been sent within this many seconds of SIGTERM.
+READYZ_FLIP = 0.5
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +75,7 @@ class TestRollingRestartBehindHAProxy:
         assert all(r.ok for r in in_flight), run.describe(in_flight)
         assert len(run.records) > 200
         assert not run.failures, run.describe()
+        assert run.log_problems == []
 
 
 class TestDirectSigterm:
@@ -95,6 +99,15 @@ class TestDirectSigterm:
         assert len(long) == 2
         assert all(r.ok for r in long), run.describe(long)
         assert all(r.ended > run.terminations[0].sigterm_at + run.delay_window for r in long)
+        # Readiness fails at once; liveness holds throughout the delay (under gevent: the hub is not blocked).
+        sigterm_at = run.terminations[0].sigterm_at
+        failing = [p.sent_at - sigterm_at for p in run.probes if p.path == "/readyz" and p.status == 503]
+        assert failing and failing[0] < READYZ_FLIP, run.probes
+        end = sigterm_at + run.delay_window - DELAY_EDGE  # later ones may reach the closed listeners
+        livez = [p for p in run.probes if p.path == "/livez" and p.sent_at < end]
+        assert len(livez) >= 2, run.probes
+        assert [p for p in livez if p.status != 200] == []
+        assert run.log_problems == []
 
 
 @pytest.mark.usefixtures("haproxy_present")

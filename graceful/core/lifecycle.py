@@ -23,6 +23,13 @@
     HasBeenReady fires apart from all this, at the first passing /readyz.
     A second SIGTERM/SIGINT at any point exits 1 at once (graceful.process.trap).
 
+    A process stop is not a server stop: one serving process of a server
+    that goes on serving (a Gunicorn worker recycled, replaced on HUP,
+    removed with TTOU; a master whose USR2 successor serves) fires none of
+    these. It waits for its in-flight requests and runs its cleanup tasks
+    (:meth:`Lifecycle.stop_process`); readiness and pre-shutdown hooks are
+    the server's and stay as they are.
+
 Each signal wraps a ``threading.Event``, remembers the monotonic time it
 fired, fires once however often it is signalled, and logs one line with the
 seconds since ShutdownInitiated.
@@ -103,6 +110,8 @@ class Lifecycle(Registrations):
         self._pre_batch: HookBatch | None = None
         self._cleanup_batch: HookBatch | None = None
         self._post_start_batch: HookBatch | None = None
+        # Set when the drain and cleanup (server or process stop) are done: a second caller waits on it.
+        self._tail_done = threading.Event()
         self.report = ShutdownReport()
 
         def signal(name: str) -> LifecycleSignal:
@@ -196,14 +205,51 @@ class Lifecycle(Registrations):
         ``drain_timeout`` (seconds; the config's when None). Returns the
         shutdown report.
         """
+        if not self._start_tail():
+            return self.report
+        # Wait for in-flight requests to finish.
+        self._drain(drain_timeout)
+        self.in_flight_requests_drained.fire()
+        self.close_listeners()
+        # Run the cleanup tasks, all at once.
+        self._run_cleanup_tasks()
+        self.cleanup_finished.fire()
+        self._tail_done.set()
+        return self.report
+
+    def stop_process(self, drain_timeout: float, on_drained: Callable[[bool], object] | None = None) -> None:
+        """A process stop: wait for in-flight requests (up to ``drain_timeout`` s), run cleanup tasks.
+
+        For one serving process of a server that goes on serving (a Gunicorn
+        worker recycled, replaced on HUP, removed with TTOU, or whose master
+        hands over to a USR2 successor): no signal fires, so nothing says the
+        server stops; readiness is untouched. ``on_drained(drained)`` is
+        called between the two, with whether the drain ended before its
+        timeout (the caller logs it). Runs once, sharing
+        :meth:`drain_and_clean_up`'s once (a second caller of either waits
+        for the first). The cleanup's outcome is in :attr:`report`. Under
+        Gunicorn, the worker's main thread from ``worker_exit``.
+        """
+        if not self._start_tail():
+            return
+        drained = self._drain(drain_timeout)
+        if on_drained is not None:
+            on_drained(drained)
+        self._run_cleanup_tasks()
+        self._tail_done.set()
+
+    def _start_tail(self) -> bool:
+        """True for the first caller of the drain and cleanup; a later one waits for it (bounded), False."""
         with self._lock:
             first = not self._tail_started
             self._tail_started = True
             self._timeline_running = True
         if not first:
-            self.cleanup_finished.wait(self.config.drain_timeout + self.longest_cleanup_timeout() + 1)
-            return self.report
-        # Wait for in-flight requests to finish.
+            self.clock.wait(self._tail_done, self.config.drain_timeout + self.longest_cleanup_timeout() + 1)
+        return first
+
+    def _drain(self, drain_timeout: float | None) -> bool:
+        """Wait for in-flight requests, up to ``drain_timeout`` s (the config's when None); True if drained."""
         timeout = self.config.drain_timeout if drain_timeout is None else drain_timeout
         drained = self.in_flight.wait(timeout, self.clock.wait)
         if not drained:
@@ -212,14 +258,13 @@ class Lifecycle(Registrations):
                 timeout,
                 self.in_flight.count,
             )
-        self.in_flight_requests_drained.fire()
-        self.close_listeners()
-        # Run the cleanup tasks, all at once.
+        return drained
+
+    def _run_cleanup_tasks(self) -> None:
+        """Run the cleanup tasks, all at once, and add their results to the report."""
         hooks = self.registry.close(CLEANUP_TASK, "cleanup has begun")
         self._cleanup_batch = HookBatch(CLEANUP_TASK, hooks, self.config.hook_timeout, self.clock)
         self.report = self.report + self._cleanup_batch.wait()
-        self.cleanup_finished.fire()
-        return self.report
 
     def wait_finished(self, timeout: float) -> bool:
         """Wait (on the lifecycle's clock) until CleanupFinished; return whether it fired."""
@@ -389,7 +434,27 @@ class Lifecycle(Registrations):
         self._driver = None
         self._timeline_running = self._tail_started = self._listeners_closed = False
         self._pre_batch = self._cleanup_batch = self._post_start_batch = None
+        self._tail_done = threading.Event()
         self.report = ShutdownReport()
+
+    def renew_after_patch(self) -> None:
+        """Renew every lock and event made before ``threading`` was monkey-patched (gevent).
+
+        A Gunicorn gevent worker calls this in ``post_worker_init``, after
+        gevent's ``patch_all()`` and before starting any thread (greenlet) of
+        its own: the signals, the registry and the lifecycle were made in the
+        master, with real OS primitives, which would block the hub when
+        waited on. State is kept (a fired signal stays fired); hook batches
+        and the wait group make theirs when they run, after the patch.
+        """
+        self._lock = threading.Lock()
+        self.registry.renew_after_patch()
+        for signal in self.signals:
+            signal.renew_after_patch()
+        done = threading.Event()
+        if self._tail_done.is_set():
+            done.set()
+        self._tail_done = done
 
 
 class ServerAdapter(Protocol):

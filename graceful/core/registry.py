@@ -102,6 +102,10 @@ class Registry:
         self._lock = threading.Lock()
         self._closed = {}
 
+    def renew_after_patch(self) -> None:
+        """A new lock of the kind ``threading`` makes now (after gevent's monkey-patching); nothing else changes."""
+        self._lock = threading.Lock()
+
     def close(self, kind: str, phase: str) -> list[Hook]:
         """Refuse further registrations of ``kind`` (``phase`` says why) and return its hooks."""
         with self._lock:

@@ -8,6 +8,11 @@ knows nothing else of its owner.
 
 Thread-safe. Never fire one from an OS signal handler (``fire`` takes a
 lock): :mod:`graceful.process.trap` queues instead.
+
+Under gevent's monkey-patching (a Gunicorn ``-k gevent`` worker) an event or
+lock made before the patch is a real OS primitive: a greenlet waiting on one
+would block the whole hub. :meth:`LifecycleSignal.renew_after_patch` gives
+the signal ones of the kind ``threading`` makes once patched.
 """
 
 from __future__ import annotations
@@ -31,18 +36,16 @@ class LifecycleSignal:
         self.name = name
         self._clock = clock
         self._on_fire = on_fire
-        self._event = threading.Event()
+        #: The underlying event (set once fired). An attribute, not a property: the request
+        #: hot path reads it on every request (``environ["graceful.shutting_down"]``), and
+        #: :meth:`renew_after_patch` may replace it.
+        self.event = threading.Event()
         self._lock = threading.Lock()
         #: Monotonic time it fired, or None.
         self.fired_at: float | None = None
 
     def __repr__(self) -> str:
         return f"<LifecycleSignal {self.name} fired_at={self.fired_at}>"
-
-    @property
-    def event(self) -> threading.Event:
-        """The underlying event (set once fired)."""
-        return self._event
 
     def is_set(self) -> bool:
         """True once fired: from the moment ``fire()`` records the time, before ``on_fire`` runs.
@@ -67,23 +70,38 @@ class LifecycleSignal:
             if self._on_fire is not None:
                 self._on_fire(self)
         finally:
-            self._event.set()
+            self.event.set()
         return True
 
     def wait(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds (on the signal's clock); return whether fired."""
-        return self._clock.wait(self._event, timeout)
+        return self._clock.wait(self.event, timeout)
 
     def reinit_after_fork(self) -> None:
         """Replace the lock and renew the event's own lock in a forked child.
 
         A parent thread may have been inside ``Event.set()`` at the fork. The
-        event object stays the same (middleware bound before the fork, with
-        preload_app, holds it); only its internal lock is renewed.
+        event object stays the same (whoever holds it keeps a working one);
+        only its internal lock is renewed.
         """
         self._lock = threading.Lock()
-        reinit = getattr(self._event, "_at_fork_reinit", None)  # CPython 3.9+, as threading uses it
+        reinit = getattr(self.event, "_at_fork_reinit", None)  # CPython 3.9+, as threading uses it
         if reinit is not None:
             reinit()
         if self.fired_at is not None:
-            self._event.set()
+            self.event.set()
+
+    def renew_after_patch(self) -> None:
+        """Replace the event and the lock with new ones of the kind ``threading`` makes now.
+
+        For a process that was monkey-patched (gevent) after the signal was
+        made: the new event is cooperative, and set if the signal fired.
+        Call it before any other thread (greenlet) uses the signal; whoever
+        holds the old event keeps a stale one, so read :attr:`event` when
+        needed rather than keeping it.
+        """
+        self._lock = threading.Lock()
+        event = threading.Event()
+        if self.fired_at is not None:
+            event.set()
+        self.event = event

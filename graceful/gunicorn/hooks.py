@@ -3,11 +3,13 @@
 Every function here is a Gunicorn server hook, and each docstring says where
 Gunicorn runs it: the master (``on_starting``, ``when_ready``, ``on_reload``,
 ``on_exit``) hands to :mod:`graceful.gunicorn.master`; a worker
-(``post_fork``, ``post_worker_init``, ``pre_request``, ``worker_exit``) to
-:mod:`graceful.gunicorn.worker`; the health port (``GRACEFUL_HEALTH_BIND``)
-to :mod:`graceful.gunicorn.health`, in ``post_worker_init`` and in
-``pre_exec`` (the USR2 re-exec child). A config that defines one of them itself
-calls ours from it (``graceful.conf.post_fork(server, worker)``).
+(``post_fork``, ``post_worker_init``, ``pre_request``, ``worker_abort``,
+``worker_exit``) to :mod:`graceful.gunicorn.worker`; the health port
+(``GRACEFUL_HEALTH_BIND``) to :mod:`graceful.gunicorn.health`, in
+``post_worker_init`` and in ``pre_exec`` (the USR2 re-exec child).
+``on_starting`` first refuses a worker class graceful does not support
+(:mod:`graceful.gunicorn.worker_classes`). A config that defines one of
+these hooks itself calls ours from it (``graceful.conf.post_fork(server, worker)``).
 
 Settings come from ``GRACEFUL_*`` environment variables (see
 ``graceful.core.config``), read when this module is imported; a bad one stops
@@ -30,6 +32,7 @@ from graceful.core.default import default_lifecycle
 from graceful.gunicorn.health import start_worker_health
 from graceful.gunicorn.master import MasterShutdown
 from graceful.gunicorn.worker import WorkerShutdown
+from graceful.gunicorn.worker_classes import refuse_unsupported
 
 __all__ = [
     "graceful_timeout",
@@ -41,6 +44,7 @@ __all__ = [
     "pre_exec",
     "pre_request",
     "when_ready",
+    "worker_abort",
     "worker_exit",
 ]
 
@@ -87,7 +91,8 @@ def _log_to_gunicorn(server: Any) -> None:
 
 
 def on_starting(server: Any) -> None:
-    """Master, main thread, before the listeners and the first fork: check settings, share state."""
+    """Master, main thread, before the listeners and the first fork: check the worker class and settings."""
+    refuse_unsupported(server)
     _log_to_gunicorn(server)
     _check_settings(server)
     server.graceful = MasterShutdown(server, default_lifecycle)
@@ -135,6 +140,13 @@ def pre_exec(server: Any) -> None:
 def pre_request(worker: Any, req: Any) -> None:
     """Worker, the thread serving ``req``: ask for ``Connection: close`` once shutting down."""
     worker.graceful.before_request(req)
+
+
+def worker_abort(worker: Any) -> None:
+    """Worker, inside its SIGABRT handler (the master killed it for missing its timeout): note it."""
+    state = getattr(worker, "graceful", None)
+    if state is not None:
+        state.abort()
 
 
 def worker_exit(server: Any, worker: Any) -> None:

@@ -17,16 +17,24 @@ handling (:meth:`MasterShutdown.handle_term`, on the master's main thread):
 * a second TERM before the hand-over: exit 1 at once.
 
 SIGINT and SIGQUIT keep Gunicorn's quick stop; HUP, TTIN, TTOU, USR1, USR2
-keep their meaning and never start the timeline.
+keep their meaning and never start the timeline (HUP and TTOU first say why
+in the workers' stop-reason slot, :mod:`graceful.gunicorn.stop_reason`).
+
+A TERM while a USR2 peer serves the same sockets (:mod:`graceful.gunicorn.upgrade`)
+is a process stop: this master's workers stop at once (stop accepting, drain,
+clean up) and it exits; no pre-shutdown hook, no delay, no readiness change,
+no systemd STOPPING=1. The last master standing runs the timeline.
 """
 
 from __future__ import annotations
 
 import enum
 import logging
+import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
@@ -36,6 +44,8 @@ from graceful.core.budget import seconds_left
 from graceful.core.lifecycle import Lifecycle
 from graceful.gunicorn.health import MasterHealth
 from graceful.gunicorn.shared import SharedState
+from graceful.gunicorn.stop_reason import StopReason
+from graceful.gunicorn.upgrade import Peer, live_peer
 from graceful.process.exit import exit_process
 from graceful.process.sockets import close_after_queue_drains
 from graceful.process.trap import SignalTrap
@@ -69,6 +79,8 @@ class MasterShutdown:
         self._trap: SignalTrap | None = None
         self._gunicorn_handlers: dict[int, Any] = {}
         self._quick = False
+        #: The USR2 peer that serves on while this master stops alone (a process stop), if any.
+        self.peer: Peer | None = None
         lifecycle.adapter = self
         lifecycle.subscribe(self.on_signal)
         #: The health port (GRACEFUL_HEALTH_BIND), bound already; None when it is off.
@@ -87,10 +99,21 @@ class MasterShutdown:
         self.server.handle_term = self.handle_term
         if self.health is not None:
             self.health.start()
+        for name, reason in (("handle_hup", StopReason.RELOAD), ("handle_ttou", StopReason.SCALE_IN)):
+            setattr(self.server, name, self._saying(reason, getattr(self.server, name)))
         self._trap = SignalTrap(lambda _signum: None, signals=(), exit=self._exit_now).start(armed=True)
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
             self._gunicorn_handlers[signum] = signal.getsignal(signum)
             signal.signal(signum, self._os_handler)
+
+    def _saying(self, reason: StopReason, gunicorn_handler: Callable[[], object]) -> Callable[[], object]:
+        """Gunicorn's ``handle_hup``/``handle_ttou``, run after writing why the workers it stops stop."""
+
+        def handle() -> object:
+            self.shared.stop_reason.write(reason)
+            return gunicorn_handler()
+
+        return handle
 
     def _os_handler(self, signum: int, frame: FrameType | None) -> None:
         # Inside the OS signal handler: only read and set plain attributes, and queue.
@@ -107,6 +130,10 @@ class MasterShutdown:
     def handle_term(self) -> None:
         """Gunicorn's main loop calls this for SIGTERM, on the master's main thread."""
         if self.phase is _Phase.SERVING:
+            peer = live_peer(self.server)
+            if peer is not None:
+                self._stop_for(peer)
+                raise StopIteration  # Gunicorn's halt: its stop() closes only this master's socket copies
             self.phase = _Phase.SHUTTING_DOWN
             logger.info("graceful: SIGTERM: shutting down gracefully (send it again to exit at once)")
             systemd.sd_notify("STOPPING=1", self.server.log)
@@ -119,6 +146,19 @@ class MasterShutdown:
         else:
             logger.warning("graceful: second SIGTERM: exiting with status 1 at once")
             self._exit_now(1)
+
+    def _stop_for(self, peer: Peer) -> None:
+        """A process stop (main thread): ``peer`` serves the sockets on; stop this master's workers, exit."""
+        logger.info(
+            "graceful: SIGTERM with a live %s master (pid %d) on the same sockets: stopping this"
+            " master's workers only (no pre-shutdown hooks, no delay)",
+            peer.role,
+            peer.pid,
+        )
+        self.peer = peer
+        self.shared.stop_reason.write(StopReason.UPGRADE)
+        self.phase = _Phase.HANDED_OVER
+        self._stop_workers()
 
     def _stop_workers(self) -> None:
         """TERM the workers and reap them as they exit (main thread), within graceful_timeout.
@@ -232,6 +272,9 @@ class MasterShutdown:
     def finish(self) -> None:
         """``on_exit`` (main thread): every worker has drained and cleaned up."""
         if self.phase is _Phase.SERVING:
+            return
+        if self.peer is not None:
+            logger.info("graceful: master %d stopped; pid %d serves", os.getpid(), self.peer.pid)
             return
         self.lifecycle.in_flight_requests_drained.fire()
         self.lifecycle.cleanup_finished.fire()

@@ -12,6 +12,10 @@ must close it; with listeners shared with another master (a USR2 successor,
 systemd, ``fd://``) they must stay open, and each worker stops accepting on
 its copies.
 
+One more fact flows from the master to the workers, why it stops them
+(:class:`graceful.gunicorn.stop_reason.StopReasonSlot`: one byte of shared
+memory, for the worker's log line).
+
 Facts flow back through :class:`DrainReports` pipes, where workers write
 their pid: a worker has drained (send_retry_after mode, where the master keeps
 the listeners open until every worker is done), or has closed its own
@@ -31,6 +35,8 @@ import struct
 import threading
 import time
 from collections.abc import Callable
+
+from graceful.gunicorn.stop_reason import StopReasonSlot
 
 __all__ = ["Broadcast", "DrainReports", "SharedState"]
 
@@ -114,6 +120,8 @@ class SharedState:
         self.drained = DrainReports()
         #: Each worker's pid once it has stopped listening (after close_listeners).
         self.listeners_closed = DrainReports()
+        #: Why the master stops the workers it stops next (reload, scale-in, upgrade).
+        self.stop_reason = StopReasonSlot()
         os.register_at_fork(
             before=self._fork_lock.acquire,
             after_in_parent=self._fork_lock.release,

@@ -1,41 +1,50 @@
 """Each Gunicorn worker's part of the timeline: readiness, admission, drain and cleanup.
 
-Runs in a worker process, forked from the master with a copy of
-``graceful.default_lifecycle``:
+Runs in a worker process (sync, gthread or gevent; Gunicorn 22-27), forked
+from the master with a copy of ``graceful.default_lifecycle``:
 
 * ``post_fork`` (worker main thread): fresh locks; pre-shutdown hooks belong
   to the master, so registering one here fails with the fix in the message;
-* ``post_worker_init`` (worker main thread, app loaded): the budget is
-  checked with the app's own cleanup tasks, the app is wrapped in
-  :class:`GracefulMiddleware`, post-start hooks start, and the
+* ``post_worker_init`` (worker main thread, app loaded; under gevent after
+  its monkey-patching): the budget is checked with the app's own cleanup
+  tasks, a gevent worker is prepared (:mod:`.gevent_worker`), the app is
+  wrapped in :class:`GracefulMiddleware`, post-start hooks start, the
   ``graceful-watch`` thread waits for the master's broadcasts to fire the
-  worker's own ShutdownInitiated and NotAcceptingNewRequests;
-* ``pre_request`` (a request thread): ``Connection: close`` once shutdown began;
+  worker's own ShutdownInitiated and NotAcceptingNewRequests, and the
+  worker's stop is taken over (:mod:`.process_stop`; gthread:
+  :mod:`.recycling`);
+* ``pre_request`` (a request thread): ``Connection: close`` once shutdown
+  began, or once this worker is stopping;
+* ``worker_abort`` (inside the SIGABRT handler, the worker's timeout): noted;
 * ``worker_exit`` (worker main thread, after Gunicorn stopped accepting, on
-  every exit: shutdown, HUP, TTOU, max_requests recycling): wait for the
-  in-flight requests (bounded by drain_timeout), run the cleanup tasks,
-  exit. It also runs in the master when Gunicorn finds a worker already
-  gone; that call is ignored.
+  every exit): wait for the in-flight requests (bounded by drain_timeout),
+  run the cleanup tasks, exit. The server's shutdown logs the lifecycle's
+  signals; a process stop (recycled, HUP, TTOU, upgrade, timeout) logs
+  the worker's own lines. It also runs in the master when Gunicorn finds a
+  worker already gone; that call is ignored.
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import logging
 import math
 import os
-import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
-from types import FrameType
 from typing import Any
 
 from graceful.core.budget import graceful_timeout_problem
 from graceful.core.lifecycle import Lifecycle, NullAdapter, SignalListener
 from graceful.core.registry import PRE_SHUTDOWN_HOOK
+from graceful.gunicorn import gevent_worker
+from graceful.gunicorn.process_stop import ProcessStop
+from graceful.gunicorn.recycling import GthreadStop
 from graceful.gunicorn.shared import SharedState
+from graceful.gunicorn.stop_reason import StopReason
+from graceful.gunicorn.worker_classes import worker_kind
 from graceful.process.sockets import close_after_queue_drains
 from graceful.wsgi.middleware import GracefulMiddleware
 
@@ -53,28 +62,6 @@ _IN_WORKER = (
     "a Gunicorn worker: pre-shutdown hooks run once per server, in the master, so register them"
     " in the Gunicorn config file (after `from graceful.conf import *`), or set preload_app = True"
 )
-
-
-def _stop_accepting(worker: Any) -> None:
-    """Stop ``worker`` accepting on listeners shared with another master, leaving them open.
-
-    Thread ``graceful-watch`` of a worker. Only Gunicorn's gthread worker
-    before 24 needs it: when it stops, it drops connections it accepted but
-    has not read a request from, and the listeners stay open (the other master
-    serves them), so it would accept until its last moment. From 24 gthread
-    serves those connections as it stops; sync serves each one it accepts.
-    The listeners leave its poller under the worker's own lock, as Gunicorn
-    registers connections from other threads.
-    """
-    poller = getattr(worker, "poller", None)
-    lock = getattr(worker, "_lock", None)
-    if poller is None or lock is None or hasattr(worker, "set_accept_enabled"):
-        return
-    with lock:
-        for sock in worker.sockets:
-            with contextlib.suppress(KeyError, ValueError, OSError):  # not registered, or closed
-                poller.unregister(sock)
-    time.sleep(ACCEPTED_SETTLE)
 
 
 class WorkerShutdown:
@@ -100,16 +87,22 @@ class WorkerShutdown:
         lifecycle.run_pre_shutdown_hooks = False
         lifecycle.adapter = NullAdapter()
         lifecycle.registry.close(PRE_SHUTDOWN_HOOK, _IN_WORKER)
-        #: Monotonic time of this worker's SIGTERM, set by the signal handler.
-        self.term_at: float | None = None
-        # Gunicorn's own gthread drain waits graceful_timeout, as long as the
-        # master waits for the worker: bound it by drain_timeout (this worker's
+        #: Why and since when this worker stops (see graceful.gunicorn.process_stop).
+        self.stop = ProcessStop(worker, shared)
+        self.stop.note_early_term()
+        #: Set by ``worker_abort`` (inside the SIGABRT handler): the master killed it for its timeout.
+        self.timed_out = False
+        self.kind = worker_kind(worker)
+        # True once post_worker_init is done: a worker that failed to boot only cleans up.
+        self._booted = False
+        # Gunicorn's own drain waits graceful_timeout, as long as the master
+        # waits for the worker: bound it by drain_timeout (this worker's
         # copy of the settings only) to leave time for the cleanup tasks.
         self.graceful_timeout = float(worker.cfg.graceful_timeout)  # the master's wait
         worker.cfg.set("graceful_timeout", max(1, math.ceil(lifecycle.config.drain_timeout)))
 
     def start(self) -> None:
-        """``post_worker_init``: check the budget, wrap the app, start hooks and the watch thread."""
+        """``post_worker_init``: check the budget, wrap the app, start hooks, the watch and the stop."""
         lifecycle = self.lifecycle
         lifecycle.check_budget()
         # The master checked with the cleanup tasks it could see; the app has registered its own now.
@@ -118,11 +111,16 @@ class WorkerShutdown:
         )
         if problem is not None:
             raise RuntimeError(problem)
+        # gevent first: the lifecycle's events and locks must be cooperative before anything uses them.
+        gevent = gevent_worker.prepare(self.worker, lifecycle) if self.kind == "gevent" else None
         self.worker.wsgi = GracefulMiddleware(self.worker.wsgi, lifecycle)
-        self._guard_accept()
-        self._record_term()
+        if hasattr(self.worker, "accept"):  # sync and gthread accept in a method; gevent in its servers
+            self._guard_accept()
+        gthread = GthreadStop.install(self.worker) if self.kind == "gthread" else None
+        self.stop.install(lifecycle.config.drain_timeout, gthread, gevent)
         lifecycle.run_post_start_hooks()
         threading.Thread(target=self._watch, name="graceful-watch", daemon=True).start()
+        self._booted = True
 
     def _guard_accept(self) -> None:
         """Make ``accept()`` on a listener that was shut down idle briefly instead of crashing the worker.
@@ -145,19 +143,6 @@ class WorkerShutdown:
                 return None
 
         self.worker.accept = accept
-
-    def _record_term(self) -> None:
-        """Note when this worker gets SIGTERM, so its drain ends within drain_timeout of it."""
-        gunicorn_handler = signal.getsignal(signal.SIGTERM)
-
-        def on_term(signum: int, frame: FrameType | None) -> None:
-            # Inside the OS signal handler: set a plain attribute, then Gunicorn's handler.
-            if self.term_at is None:
-                self.term_at = time.monotonic()
-            if callable(gunicorn_handler):
-                gunicorn_handler(signum, frame)
-
-        signal.signal(signal.SIGTERM, on_term)
 
     def _watch(self) -> None:
         """Thread ``graceful-watch``: mirror the master's broadcasts into this worker's lifecycle."""
@@ -183,25 +168,68 @@ class WorkerShutdown:
             # Nobody else accepts on them: close them once their queues are empty.
             close_after_queue_drains(self.worker.sockets, QUEUE_DRAIN_TIMEOUT)
         else:
-            _stop_accepting(self.worker)
+            self.stop.stop_accepting()
+            # Let the connections it has just accepted send their request before it reports.
+            time.sleep(ACCEPTED_SETTLE)
         self.shared.listeners_closed.report(self.pid)
 
     def before_request(self, req: Any) -> None:
         """``pre_request`` (request thread): close the connection after this response once shutting down."""
         if self.lifecycle.shutdown_initiated.is_set():
             req.force_close()
+        self.stop.before_request(req)
+
+    def abort(self) -> None:
+        """``worker_abort`` (inside the SIGABRT handler): note it; :meth:`exit` acts on it."""
+        self.timed_out = True
 
     def exit(self) -> None:
         """``worker_exit`` (worker main thread): drain, clean up, and exit."""
         if os.getpid() != self.pid:  # Gunicorn also calls worker_exit in the master
             return
         lifecycle = self.lifecycle
-        started = self.term_at if self.term_at is not None else time.monotonic()
-        remaining = max(0.0, started + lifecycle.config.drain_timeout - time.monotonic())
-        lifecycle.drain_and_clean_up(drain_timeout=remaining)
-        if lifecycle.hung_hooks or lifecycle.in_flight.count:
-            # Interpreter exit would join hung hook threads, and gthread's
-            # request threads still serving abandoned requests.
-            lifecycle.exit(0)
-        if not self.lifecycle.report.ok:
-            logger.warning("graceful: worker %d cleanup: %s", self.pid, self.lifecycle.report.summary())
+        if not self._booted:
+            # It never served: only the cleanup tasks (the app may have opened what they close).
+            lifecycle.stop_process(0.0)
+        else:
+            self._drain_and_clean_up()
+        if not lifecycle.report.ok:
+            logger.warning("graceful: worker %d cleanup: %s", self.pid, lifecycle.report.summary())
+        if lifecycle.hung_hooks or lifecycle.in_flight.count or self.kind == "gevent":
+            # Interpreter exit would join hung hook threads and gthread's request threads
+            # still serving abandoned requests; a gevent worker's takes most of a second more.
+            lifecycle.exit(_exit_status())
+
+    def _drain_and_clean_up(self) -> None:
+        """The server's stop logs its signals; a process stop logs this worker's own lines."""
+        stop = self.stop
+        if self.timed_out:
+            # The hung request is lost anyway and the master SIGKILLs soon: straight to the cleanup.
+            stop.begin(StopReason.TIMEOUT)
+            remaining = 0.0
+        else:
+            stop.begin(stop.reason_now(), at=stop.term_at)
+            remaining = stop.drain_time_left()
+        lifecycle = self.lifecycle
+        if stop.server_stop:
+            lifecycle.drain_and_clean_up(drain_timeout=remaining)
+            return
+        counted = lifecycle.in_flight.count
+        began = time.monotonic()
+
+        def drained(done: bool) -> None:
+            if done:  # else the lifecycle warned of the requests it abandoned
+                took = time.monotonic() - began
+                logger.info("graceful: worker %d drained %d request(s) in %.3fs", self.pid, counted, took)
+
+        lifecycle.stop_process(remaining, on_drained=drained)
+        assert stop.reason is not None  # not the server's stop
+        logger.info("graceful: worker %d stopped (%s)", self.pid, stop.reason.value)
+
+
+def _exit_status() -> int:
+    """The status Gunicorn is exiting this worker with (``worker_exit`` runs in its ``finally``), else 0."""
+    exiting = sys.exc_info()[1]
+    if isinstance(exiting, SystemExit) and isinstance(exiting.code, int):
+        return exiting.code
+    return 0

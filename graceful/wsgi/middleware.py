@@ -35,7 +35,9 @@ WSGI environ keys set on every request the app sees:
 ``graceful.shutting_down``
     ``threading.Event`` (``lifecycle.not_accepting_new_requests.event``), set
     at ``NotAcceptingNewRequests``. Long-running handlers (streams, web
-    sockets, long polls) wait on it, or poll it, to end early.
+    sockets, long polls) wait on it, or poll it, to end early. Read from the
+    signal on every request, not kept: a gevent worker renews it after
+    monkey-patching (then it is gevent's cooperative ``Event``).
 ``graceful.lifecycle``
     the :class:`graceful.Lifecycle` serving this request.
 
@@ -264,7 +266,6 @@ class GracefulMiddleware:
         self._closing_iterator: object = _UNSEEN
         # Bound once: the hot path below reads only locals and these.
         self._not_accepting = self.lifecycle.not_accepting_new_requests
-        self._shutting_down = self._not_accepting.event
         self._in_flight = in_flight = self.lifecycle.in_flight
         # The wait group's unchecked pair, one token per request: a bound C call each, where
         # add() and its Release would cost two Python frames. Every response below ends
@@ -281,7 +282,7 @@ class GracefulMiddleware:
         if self._transparent or (LIFECYCLE_KEY in environ and environ[LIFECYCLE_KEY] is lifecycle):
             return self.app(environ, start_response)
         environ[LIFECYCLE_KEY] = lifecycle
-        environ[SHUTTING_DOWN_KEY] = self._shutting_down
+        environ[SHUTTING_DOWN_KEY] = self._not_accepting.event
         try:
             path = environ["PATH_INFO"]
             # probes.is_probe_path(), inlined: every health path has a "z", few others do.

@@ -272,6 +272,62 @@ class TestWorkerScope:
         assert lc.cleanup_finished.is_set()
 
 
+class TestProcessStop:
+    def test_fires_no_signal_and_runs_cleanup_once(self) -> None:
+        """stop_process(): no lifecycle signal fires; the cleanup tasks run once, even if called again."""
+        lc, adapter = lifecycle()
+        recorder = SignalRecorder(lc)
+        calls: list[int] = []
+        lc.cleanup_task("flush")(lambda: calls.append(1))
+        drains: list[bool] = []
+        lc.stop_process(1.0, on_drained=drains.append)
+        lc.stop_process(1.0, on_drained=drains.append)
+        lc.drain_and_clean_up()
+        assert recorder.names == [] and adapter.calls == []
+        assert calls == [1] and drains == [True]
+        assert lc.report.by_name("flush").outcome is Outcome.OK
+
+    def test_drain_waits_for_in_flight_requests_then_cleanup(self) -> None:
+        """The drain waits for a request in flight; on_drained runs between the drain and the cleanup."""
+        lc = Lifecycle(Config(), clock=MonotonicClock())
+        order: list[str] = []
+        lc.cleanup_task("flush")(lambda: order.append("cleanup"))
+        done = lc.in_flight.add()
+
+        def finish() -> None:
+            order.append("request done")
+            done()
+
+        threading.Timer(0.1, finish).start()
+        lc.stop_process(10.0, on_drained=lambda drained: order.append(f"drained={drained}"))
+        assert order == ["request done", "drained=True", "cleanup"]
+
+    def test_drain_timeout_is_reported(self, caplog: pytest.LogCaptureFixture) -> None:
+        """A request outliving the drain timeout: on_drained(False), the lifecycle's warning, cleanup still runs."""
+        lc, _ = lifecycle()
+        calls: list[int] = []
+        lc.cleanup_task("flush")(lambda: calls.append(1))
+        lc.in_flight.add()
+        drains: list[bool] = []
+        lc.stop_process(2.0, on_drained=drains.append)
+        assert drains == [False] and calls == [1]
+        assert "abandoning 1 in-flight request(s)" in caplog.text
+
+
+class TestRenewAfterPatch:
+    def test_keeps_state_with_new_events(self) -> None:
+        """renew_after_patch(): each signal gets a new event, fired ones stay fired; the timeline still runs."""
+        lc, _ = lifecycle(shutdown_delay=0)
+        lc.initiate_shutdown()
+        old = {s.name: s.event for s in lc.signals}
+        lc.renew_after_patch()
+        assert all(s.event is not old[s.name] for s in lc.signals)
+        assert lc.shutdown_initiated.event.is_set() and not lc.cleanup_finished.event.is_set()
+        lc.stop_accepting()
+        lc.drain_and_clean_up()
+        assert lc.cleanup_finished.event.is_set() and not old["CleanupFinished"].is_set()
+
+
 class TestPostStart:
     def test_post_start_status_until_hook_returns(self) -> None:
         """A post-start hook reports 'not finished' until it returns, then None."""

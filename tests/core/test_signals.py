@@ -59,3 +59,16 @@ class TestLifecycleSignal:
         signal.fire()
         signal.reinit_after_fork()
         assert signal.event is event and event.is_set() and not signal.fire()
+
+    def test_renew_after_patch_gives_a_new_event_set_if_fired(self) -> None:
+        """renew_after_patch() gives a new event (and lock), set if the signal had fired; fire() sets the new one."""
+        fired = LifecycleSignal("ShutdownInitiated", FakeClock())
+        fired.fire()
+        old = fired.event
+        fired.renew_after_patch()
+        assert fired.event is not old and fired.event.is_set() and not fired.fire()
+        pending = LifecycleSignal("NotAcceptingNewRequests", FakeClock())
+        old = pending.event
+        pending.renew_after_patch()
+        assert pending.event is not old and not pending.event.is_set()
+        assert pending.fire() and pending.event.is_set() and not old.is_set()

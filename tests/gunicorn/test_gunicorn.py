@@ -24,7 +24,13 @@ pytestmark = [pytest.mark.e2e, pytest.mark.gunicorn]
 
 LIVE = Path(__file__).resolve().parent.parent / "live"
 GUNICORN = str(Path(sys.executable).with_name("gunicorn"))
-WORKERS = {"sync": ["-k", "sync", "-w", "2"], "gthread": ["-k", "gthread", "-w", "2", "--threads", "4"]}
+WORKERS = {
+    "sync": ["-k", "sync", "-w", "2"],
+    "gthread": ["-k", "gthread", "-w", "2", "--threads", "4"],
+    "gevent": ["-k", "gevent", "-w", "2"],
+}
+#: Every worker class graceful supports.
+ALL_WORKERS = list(WORKERS)
 
 
 def free_port() -> int:
@@ -163,7 +169,7 @@ def _queued_at_the_stop_are_answered(server: Server) -> None:
     assert server.exit_code() == 0
 
 
-@pytest.mark.parametrize("worker", ["sync", "gthread"])
+@pytest.mark.parametrize("worker", ALL_WORKERS)
 class TestShutdownDelay:
     def test_readyz_fails_while_livez_and_requests_succeed(self, gunicorn, worker: str) -> None:  # type: ignore[no-untyped-def]
         """After SIGTERM /readyz is 503, /livez 200, and requests on new and reused connections succeed."""
@@ -226,9 +232,10 @@ class TestShutdownDelay:
 
 
 class TestTimeline:
-    def test_master_signal_order_and_hooks_once_in_master(self, gunicorn) -> None:  # type: ignore[no-untyped-def]
+    @pytest.mark.parametrize("worker", ALL_WORKERS)
+    def test_master_signal_order_and_hooks_once_in_master(self, gunicorn, worker: str) -> None:  # type: ignore[no-untyped-def]
         """Master timeline in order; the pre-shutdown hook runs once, in the master; cleanup in each worker."""
-        server = gunicorn("sync", config=str(LIVE / "gunicorn_conf.py"))
+        server = gunicorn(worker, config=str(LIVE / "gunicorn_conf.py"))
         server.term()
         assert server.exit_code() == 0
         assert server.master_signals() == QUICK_HOOKS_ORDER
@@ -236,6 +243,7 @@ class TestTimeline:
             f"pre-shutdown deregister pid={server.proc.pid} ppid={os.getpid()}"
         ]
         assert len(server.matching(r"^cleanup \d+$")) == 2, "\n".join(server.lines)
+        assert server.matching(r"Traceback|Errno 22|failed with") == []
 
     def test_retry_after_mode_answers_429_then_closes(self, gunicorn) -> None:  # type: ignore[no-untyped-def]
         """send_retry_after: after the delay new requests get 429 + Retry-After; listeners close after the drain."""
@@ -276,27 +284,82 @@ class TestTimeline:
         assert server.matching(r"pre-shutdown hook 'raising' failed .*RuntimeError: registry unreachable")
 
 
+#: What a worker stopped while its server serves on must not log: the server's own signal names.
+SERVER_SIGNALS = (
+    r"graceful: (ShutdownInitiated|NotAcceptingNewRequests|HTTPServerStoppedListening"
+    r"|InFlightRequestsDrained|CleanupFinished)"
+)
+
+
+def _process_stops(server: Server, reason: str, count: int) -> None:
+    """Wait until ``count`` workers logged a whole process stop for ``reason``: stopping, drain, cleanup, stopped."""
+    stopping = server.wait_for(rf"graceful: worker \d+ stopping \({reason}\)", count=count)
+    for pid in (re.findall(r"worker (\d+) stopping", line)[0] for line in stopping):
+        server.wait_for(rf"graceful: worker {pid} stopped \({reason}\)")
+        assert server.matching(rf"\[{pid}\].*graceful: worker {pid} drained \d+ request"), pid
+        assert server.matching(rf"\[{pid}\].*graceful: cleanup task 'flush' ok"), pid
+
+
+@pytest.mark.parametrize("worker", ALL_WORKERS)
 class TestNotAShutdown:
-    def test_hup_keeps_readiness_and_runs_no_server_hook(self, gunicorn) -> None:  # type: ignore[no-untyped-def]
-        """HUP re-executes the config (no duplicate error), replaced workers clean up, readiness stays."""
-        server = gunicorn("sync", config=str(LIVE / "gunicorn_conf.py"))
+    def test_hup_keeps_readiness_and_runs_no_server_hook(self, gunicorn, worker: str) -> None:  # type: ignore[no-untyped-def]
+        """HUP re-executes the config (no duplicate error), replaced workers say why and clean up, readiness stays."""
+        server = gunicorn(worker, config=str(LIVE / "gunicorn_conf.py"))
         server.proc.send_signal(signal.SIGHUP)
         server.wait_for(r"^cleanup \d+$", count=2)
+        _process_stops(server, "reload", 2)
         server.wait_ready()
         assert get(server, "/readyz").status_code == 200
         assert server.matching(r"pre-shutdown deregister") == []
+        assert server.matching(SERVER_SIGNALS) == []
         server.term()
         assert server.exit_code() == 0
         assert len(server.matching(r"pre-shutdown deregister")) == 1
 
-    def test_max_requests_recycling_cleans_up_without_readiness_flip(self, gunicorn) -> None:  # type: ignore[no-untyped-def]
-        """A worker recycled by max_requests runs its cleanup task; the server stays ready."""
-        server = gunicorn("sync", args=("--max-requests", "5"))
-        for _ in range(30):
-            assert get(server, "/").status_code == 200
+    def test_max_requests_recycling_cleans_up_without_readiness_flip(self, gunicorn, worker: str) -> None:  # type: ignore[no-untyped-def]
+        """A worker recycled by max_requests says so, runs its cleanup task; the server stays ready."""
+        server = gunicorn(worker, args=("--max-requests", "5"))
+        with requests.Session() as session:  # keep-alive where the worker class keeps connections
+            for _ in range(30):
+                assert get(server, "/", session).status_code == 200
         server.wait_for(r"^cleanup \d+$")
+        _process_stops(server, "recycled", 1)
         assert get(server, "/readyz").status_code == 200
         assert server.master_signals() == []
+        assert server.matching(SERVER_SIGNALS) == []
+        server.term()
+        assert server.exit_code() == 0
+
+    def test_ttou_removes_a_worker_that_cleans_up(self, gunicorn, worker: str) -> None:  # type: ignore[no-untyped-def]
+        """TTOU: one worker stops (scale-in), drains and cleans up; the server stays ready."""
+        server = gunicorn(worker, args=("-w", "3"))
+        server.wait_for(r"Booting worker with pid", count=3)
+        server.proc.send_signal(signal.SIGTTOU)
+        _process_stops(server, "scale-in", 1)
+        assert get(server, "/readyz").status_code == 200
+        assert server.matching(SERVER_SIGNALS) == []
+        server.term()
+        assert server.exit_code() == 0
+
+
+class TestWorkerTimeout:
+    def test_a_worker_killed_by_its_timeout_cleans_up_and_the_others_serve(self, gunicorn) -> None:  # type: ignore[no-untyped-def]
+        """sync --timeout 2: the hung worker is aborted, says so and runs its cleanup; the others serve on."""
+        server = gunicorn("sync", args=("--timeout", "2"))
+        with ThreadPoolExecutor(1) as pool:
+            hung = pool.submit(get, server, "/slow?ms=8000")
+            server.wait_for(r"WORKER TIMEOUT")
+            others = [get(server, "/").status_code for _ in range(10)]
+            try:  # its worker was killed under it: lost as without graceful (27 answers 500)
+                hung_status: object = hung.result().status_code
+            except requests.RequestException as exc:
+                hung_status = type(exc).__name__
+        assert hung_status != 200
+        assert others == [200] * 10
+        # No drain to wait for: the abort ended its one request, the hung one.
+        _process_stops(server, "timeout", 1)
+        assert get(server, "/readyz").status_code == 200
+        assert server.matching(SERVER_SIGNALS) == []
         server.term()
         assert server.exit_code() == 0
 
@@ -328,6 +391,40 @@ class TestBadSetup:
         assert len(server.matching(r"in-app pre-shutdown hook ran")) == 1
 
 
+#: Worker classes graceful refuses: -k value, and the class Gunicorn loads for it.
+REFUSED = [
+    ("tests.live.custom_worker.CustomWorker", "tests.live.custom_worker.CustomWorker"),
+    ("gevent_pywsgi", "gunicorn.workers.ggevent.GeventPyWSGIWorker"),
+    ("tornado", "gunicorn.workers.gtornado.TornadoWorker"),
+    pytest.param(
+        "asgi",
+        "gunicorn.workers.gasgi.ASGIWorker",
+        marks=pytest.mark.skipif(_gunicorn_version() < (25, 0), reason="Gunicorn's asgi worker exists from 25"),
+    ),
+]
+
+
+class TestRefusedWorkerClasses:
+    @pytest.mark.parametrize(("setting", "name"), REFUSED)
+    def test_refused_at_boot_with_one_line(self, processes: Processes, tmp_path: Path, setting: str, name: str) -> None:
+        """Any other worker class: one line naming it and the supported ones, exit non-zero, no worker, no pidfile."""
+        pidfile = tmp_path / "g.pid"
+        argv = [GUNICORN, "-c", "graceful/conf.py", "-k", setting, "-b", "127.0.0.1:0", "--pid", str(pidfile)]
+        if _has_control_socket():
+            argv.append("--no-control-socket")
+        env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
+        started = time.monotonic()
+        proc = processes.start([*argv, "tests.live.gunicorn_app:app"], env=env)
+        output, _ = proc.communicate(timeout=30)
+        assert proc.returncode != 0 and time.monotonic() - started < 10
+        assert [line for line in output.splitlines() if "graceful" in line] == [
+            f"Error: graceful: Gunicorn worker class {name} (-k {setting}) is not supported;"
+            " use one of: sync, gthread, gevent"
+        ], output
+        assert "Traceback" not in output and "Booting worker" not in output
+        assert not pidfile.exists()
+
+
 class TestConfigForms:
     def test_python_module_form(self, gunicorn) -> None:  # type: ignore[no-untyped-def]
         """-c python:graceful.conf works as the file path does: readiness flips and the timeline completes."""
@@ -344,9 +441,10 @@ class TestConfigForms:
 
 
 class TestListenerOptions:
-    def test_reuse_port_in_flight_requests_complete(self, gunicorn) -> None:  # type: ignore[no-untyped-def]
+    @pytest.mark.parametrize("worker", ["gthread", "gevent"])
+    def test_reuse_port_in_flight_requests_complete(self, gunicorn, worker: str) -> None:  # type: ignore[no-untyped-def]
         """With reuse_port (each worker binds its own socket) requests in flight at SIGTERM complete."""
-        server = gunicorn("gthread", args=("--reuse-port",))
+        server = gunicorn(worker, args=("--reuse-port",))
         with ThreadPoolExecutor(2) as pool:
             slow = [pool.submit(get, server, "/slow?ms=2500") for _ in range(2)]
             time.sleep(0.5)
@@ -364,9 +462,10 @@ class TestListenerOptions:
 
 
 class TestEscalation:
-    def test_second_sigterm_during_the_drain_exits_one(self, gunicorn) -> None:  # type: ignore[no-untyped-def]
+    @pytest.mark.parametrize("worker", ["sync", "gevent"])
+    def test_second_sigterm_during_the_drain_exits_one(self, gunicorn, worker: str) -> None:  # type: ignore[no-untyped-def]
         """After the hand-over to Gunicorn's stop(), which ignores signals, a second SIGTERM still exits 1."""
-        server = gunicorn("sync", env={"GRACEFUL_SHUTDOWN_DELAY": "0.5"})
+        server = gunicorn(worker, env={"GRACEFUL_SHUTDOWN_DELAY": "0.5"})
         with ThreadPoolExecutor(1) as pool:
             slow = pool.submit(get, server, "/slow?ms=6000")
             time.sleep(0.3)
@@ -448,9 +547,10 @@ class TestWorkerBudget:
 
 
 class TestWorkerReplacedDuringDelay:
-    def test_replacement_worker_boots_and_serves_during_the_delay(self, gunicorn) -> None:  # type: ignore[no-untyped-def]
+    @pytest.mark.parametrize("worker", ["sync", "gevent"])
+    def test_replacement_worker_boots_and_serves_during_the_delay(self, gunicorn, worker: str) -> None:  # type: ignore[no-untyped-def]
         """A worker killed during the delay is replaced; the new one (Flask with Graceful) boots and fails /readyz."""
-        server = gunicorn("sync", env={"GRACEFUL_SHUTDOWN_DELAY": "4"}, app="examples.flask_app:app")
+        server = gunicorn(worker, env={"GRACEFUL_SHUTDOWN_DELAY": "4"}, app="examples.flask_app:app")
         server.term()
         server.wait_for(r"graceful: ShutdownInitiated")
         first = sorted({int(pid) for pid in re.findall(r"Booting worker with pid: (\d+)", "\n".join(server.lines))})
@@ -510,78 +610,185 @@ def _gone(pid: int) -> bool:
         return True
 
 
-def _stop_foreign_master(pid: int) -> None:
-    """TERM a master that is not our child (a USR2 successor), wait until it is gone, else KILL it."""
+def _wait_gone(pid: int, timeout: float = 30.0) -> bool:
+    """Wait (bounded) until ``pid`` has exited; return whether it did."""
+    deadline = time.monotonic() + timeout
+    while not _gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return _gone(pid)
+
+
+def _stop_foreign_master(pid: int) -> bool:
+    """TERM a master that is not our child (a USR2 successor); True once it is gone by itself, else KILL it."""
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + 30
-    while not _gone(pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    if not _gone(pid):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+    if _wait_gone(pid):
+        return True
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    return False
 
 
+class Traffic:
+    """Clients on new connections (``/``) and a ``/readyz`` prober, each on a thread, until stop() (bounded)."""
+
+    def __init__(self, server: Server, clients: int = 2) -> None:
+        self.url = server.url
+        self.records: list[tuple[float, str, str]] = []  # (sent at, path, "200" or the error's class)
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._run, args=("/", 0.01), daemon=True) for _ in range(clients)]
+        self._threads.append(threading.Thread(target=self._run, args=("/readyz", 0.05), daemon=True))
+
+    def start(self) -> Traffic:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(15)
+
+    def _run(self, path: str, pause: float) -> None:
+        deadline = time.monotonic() + 120
+        for _ in range(5000):
+            if self._stop.is_set() or time.monotonic() > deadline:
+                return
+            sent = time.monotonic()
+            try:
+                outcome = str(requests.get(self.url + path, timeout=10).status_code)
+            except requests.RequestException as exc:
+                outcome = type(exc).__name__
+            self.records.append((sent, path, outcome))
+            self._stop.wait(pause)
+
+    def outcomes(self, path: str, start: float, end: float) -> list[str]:
+        """What the requests to ``path`` sent between ``start`` and ``end`` (monotonic) got."""
+        return [outcome for sent, where, outcome in list(self.records) if where == path and start <= sent < end]
+
+    def failures(self, before: float) -> list[tuple[float, str, str]]:
+        """Every request sent before ``before`` that did not get a 200."""
+        return [record for record in list(self.records) if record[0] < before and record[2] != "200"]
+
+
+def _usr2(server: Server) -> int:
+    """Send USR2 to the master; wait for the new master and for both masters' workers; return the new pid."""
+    server.proc.send_signal(signal.SIGUSR2)
+    starts = server.wait_for(r"\[(\d+)\] \[INFO\] Starting gunicorn", count=2)
+    new = int(re.findall(r"\[(\d+)\] \[INFO\] Starting gunicorn", starts[-1])[0])
+    assert new != server.proc.pid
+    server.wait_for(r"Booting worker with pid", count=4)  # two workers under each master
+    return new
+
+
+def _markers(directory: Path) -> dict[str, dict[int, int]]:
+    """tests/live/gunicorn_conf.py's marker files: pre-shutdown hook runs and cleanups, per master pid."""
+    pre = {int(f.name[4:]): len(f.read_text().splitlines()) for f in directory.glob("pre-*")}
+    cleanup: dict[int, int] = {}
+    for marker in directory.glob("cleanup-*"):
+        master = int(marker.name.rsplit("-", 1)[1])
+        cleanup[master] = cleanup.get(master, 0) + 1
+    return {"pre": pre, "cleanup": cleanup}
+
+
+@pytest.mark.parametrize("worker", ALL_WORKERS)
 class TestBinaryUpgrade:
-    @pytest.mark.parametrize("worker", ["sync", "gthread"])
-    def test_usr2_then_term_to_the_old_master_loses_no_request(self, gunicorn, worker: str) -> None:  # type: ignore[no-untyped-def]
-        """USR2 starts a second master on the same sockets; TERM to the old one drains it and leaves them open.
+    def test_term_to_the_old_master_stops_only_its_workers(self, gunicorn, tmp_path: Path, worker: str) -> None:  # type: ignore[no-untyped-def]
+        """USR2, then TERM the old master: a process stop; later TERM to the new master runs the timeline once.
 
-        Requests on new connections, sent before, during and after the old
-        master's shutdown, all succeed; one in flight at the TERM completes;
-        the new master serves alone once the old one has exited 0.
+        While the old master stops: no pre-shutdown hook there, /readyz 200
+        on the port, no request on a new connection fails, one in flight at
+        the TERM completes, and each of its workers runs its cleanup task.
+        The new master's own TERM runs the pre-shutdown hook, once.
         """
-        _upgrade_loses_nothing(gunicorn(worker, env={"GRACEFUL_SHUTDOWN_DELAY": "1"}))
+        markers = tmp_path / "markers"
+        markers.mkdir()
+        env = {"GRACEFUL_SHUTDOWN_DELAY": "1", "GT_MARKERS": str(markers)}
+        server = gunicorn(worker, env=env, config=str(LIVE / "gunicorn_conf.py"))
+        old = server.proc.pid
+        new = _usr2(server)
+        traffic = Traffic(server).start()
+        stopped = False
+        try:
+            with ThreadPoolExecutor(1) as pool:
+                slow = pool.submit(get, server, "/slow?ms=1500")
+                time.sleep(0.5)
+                old_term = server.term()
+                assert server.proc.wait(60) == 0
+                old_gone = time.monotonic()
+                assert slow.result().status_code == 200
+            time.sleep(1.0)  # the new master alone, on the same sockets
+            new_term = time.monotonic()
+            stopped = _stop_foreign_master(new)
+        finally:
+            traffic.stop()
+            if not stopped:
+                _stop_foreign_master(new)
+        assert stopped, "the new master did not stop by itself"
+        assert traffic.failures(before=new_term) == [] and traffic.outcomes("/", old_gone, new_term)
+        assert set(traffic.outcomes("/readyz", old_term, old_gone)) == {"200"}
+        assert server.matching(rf"\[{old}\].*graceful: SIGTERM with a live new master \(pid {new}\)")
+        assert server.matching(rf"\[{old}\].*{SERVER_SIGNALS}") == []
+        assert _markers(markers) == {"pre": {new: 1}, "cleanup": {old: 2, new: 2}}
 
+    def test_rollback_term_to_the_new_master_stops_only_it(self, gunicorn, tmp_path: Path, worker: str) -> None:  # type: ignore[no-untyped-def]
+        """USR2, then TERM the new master (a rollback): a process stop; the old master's own TERM runs the timeline.
+
+        The old master serves on throughout, /readyz 200; the new master runs
+        no pre-shutdown hook and each of its workers its cleanup task; the
+        old master's TERM later runs the hook, once.
+        """
+        markers = tmp_path / "markers"
+        markers.mkdir()
+        env = {"GRACEFUL_SHUTDOWN_DELAY": "1", "GT_MARKERS": str(markers)}
+        server = gunicorn(worker, env=env, config=str(LIVE / "gunicorn_conf.py"))
+        old = server.proc.pid
+        new = _usr2(server)
+        traffic = Traffic(server).start()
+        try:
+            time.sleep(0.5)
+            new_term = time.monotonic()
+            os.kill(new, signal.SIGTERM)
+            assert _wait_gone(new), "the new master did not stop"
+            new_gone = time.monotonic()
+            time.sleep(1.0)  # the old master alone
+            old_term = server.term()
+            assert server.exit_code() == 0
+        finally:
+            traffic.stop()
+            _stop_foreign_master(new)
+        assert traffic.failures(before=old_term) == [] and traffic.outcomes("/", new_gone, old_term)
+        assert set(traffic.outcomes("/readyz", new_term, new_gone)) == {"200"}
+        assert server.matching(rf"\[{new}\].*graceful: SIGTERM with a live old master \(pid {old}\)")
+        assert server.matching(rf"\[{new}\].*{SERVER_SIGNALS}") == []
+        assert _markers(markers) == {"pre": {old: 1}, "cleanup": {new: 2, old: 2}}
+
+
+class TestUpgradeWithReusePort:
     @pytest.mark.skipif(_gunicorn_version() >= (24, 0), reason="Gunicorn 24+ cannot re-exec with reuse_port")
     def test_usr2_with_reuse_port(self, gunicorn) -> None:  # type: ignore[no-untyped-def]
-        """The same with reuse_port before Gunicorn 24, where the workers share the master's sockets.
+        """USR2 and TERM to the old master with reuse_port before Gunicorn 24, where the workers share its sockets.
 
-        They are shared with the new master too: each worker stops accepting,
-        none is shut down. (From 24, reuse_port gives each worker sockets of its
-        own, and USR2 fails in Gunicorn itself: the new master finds GUNICORN_FD
-        empty and exits.)
+        They are shared with the new master too: the old master's workers
+        stop accepting, none is shut down, no request fails. (From 24,
+        reuse_port gives each worker sockets of its own, and USR2 fails in
+        Gunicorn itself: the new master finds GUNICORN_FD empty and exits.)
         """
-        _upgrade_loses_nothing(gunicorn("gthread", env={"GRACEFUL_SHUTDOWN_DELAY": "1"}, args=("--reuse-port",)))
-
-
-def _upgrade_loses_nothing(server: Server) -> None:
-    """USR2, load on new connections, TERM to the old master: assert no request failed (see TestBinaryUpgrade)."""
-    old = server.proc.pid
-    server.proc.send_signal(signal.SIGUSR2)
-    new = 0
-    try:
-        starts = server.wait_for(r"\[(\d+)\] \[INFO\] Starting gunicorn", count=2)
-        new = int(re.findall(r"\[(\d+)\] \[INFO\] Starting gunicorn", starts[-1])[0])
-        assert new != old
-        server.wait_for(r"Booting worker with pid", count=4)  # two workers under each master
-        outcomes: list[str] = []
-        stop = threading.Event()
-
-        def load() -> None:
-            deadline = time.monotonic() + 60
-            while not stop.is_set() and len(outcomes) < 2000 and time.monotonic() < deadline:
-                try:
-                    outcomes.append(str(requests.get(server.url + "/", timeout=10).status_code))
-                except requests.RequestException as exc:
-                    outcomes.append(type(exc).__name__)
-                time.sleep(0.01)
-
-        with ThreadPoolExecutor(2) as pool:
-            loader = pool.submit(load)
-            slow = pool.submit(get, server, "/slow?ms=1500")
-            time.sleep(0.3)
-            server.term()
-            assert server.proc.wait(60) == 0
-            sent_before_exit = len(outcomes)
+        server = gunicorn("gthread", env={"GRACEFUL_SHUTDOWN_DELAY": "1"}, args=("--reuse-port",))
+        old = server.proc.pid
+        new = _usr2(server)
+        traffic = Traffic(server).start()
+        try:
+            with ThreadPoolExecutor(1) as pool:
+                slow = pool.submit(get, server, "/slow?ms=1500")
+                time.sleep(0.3)
+                server.term()
+                assert server.proc.wait(60) == 0
+                assert slow.result().status_code == 200
             time.sleep(1.0)  # the new master alone, on the same listener
-            stop.set()
-            loader.result()
-            assert slow.result().status_code == 200
-        assert sent_before_exit > 0 and len(outcomes) > sent_before_exit
-        assert [o for o in outcomes if o != "200"] == []
-        assert requests.get(server.url + "/readyz", timeout=10).status_code == 200
-        assert server.matching(rf"\[{old}\].*graceful: HTTPServerStoppedListening")
-    finally:
-        if new:
+        finally:
+            traffic.stop()
             _stop_foreign_master(new)
+        outcomes = [outcome for _sent, _path, outcome in traffic.records]
+        assert outcomes and set(outcomes) == {"200"}
+        assert server.matching(rf"\[{old}\].*graceful: SIGTERM with a live new master")

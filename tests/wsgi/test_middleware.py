@@ -876,6 +876,16 @@ class TestLongRunning:
         assert app.environ[SHUTTING_DOWN_KEY] is lifecycle.not_accepting_new_requests.event
         assert app.environ[LIFECYCLE_KEY] is lifecycle
 
+    def test_renewed_event_reaches_requests_of_a_middleware_made_before(self, lifecycle: Lifecycle) -> None:
+        """After renew_after_patch() (a gevent worker), a middleware made earlier hands out the new event."""
+        app = Recorder(lifecycle)
+        middleware = GracefulMiddleware(app, lifecycle)
+        old = lifecycle.not_accepting_new_requests.event
+        lifecycle.renew_after_patch()
+        finish(call(middleware, "/")[1])
+        assert app.environ is not None
+        assert app.environ[SHUTTING_DOWN_KEY] is lifecycle.not_accepting_new_requests.event is not old
+
     def test_refused_in_retry_after_mode(self) -> None:
         """A new long-running request after NotAcceptingNewRequests in retry-after mode gets 429."""
         lifecycle = retry_after_lifecycle()

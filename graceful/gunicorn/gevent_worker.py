@@ -1,0 +1,113 @@
+"""Gunicorn's gevent worker (``-k gevent``, GeventWorker) under graceful; Gunicorn 22-27, gevent 23.9+.
+
+Runs in a gevent worker process. ``GeventWorker.init_process`` calls
+gevent's ``monkey.patch_all()`` before ``post_worker_init``, so by then
+``threading.Thread`` starts greenlets and ``threading.Event`` and
+``threading.Lock`` make cooperative ones: graceful's ``graceful-watch`` and
+``graceful-stop`` threads, its hook threads and every wait of theirs
+(``select``, ``time.sleep``) run on the hub without blocking it.
+:func:`prepare` (``post_worker_init``, the main greenlet) does the rest:
+
+* the lifecycle's events and locks were made in the master, before the
+  patch: real OS primitives, which would block the hub when waited on
+  (``environ["graceful.shutting_down"]`` above all). They are renewed
+  (:meth:`graceful.Lifecycle.renew_after_patch`).
+* The worker accepts through one gevent ``StreamServer`` per listener,
+  built in ``run()`` from the module global
+  ``gunicorn.workers.ggevent.StreamServer``. Before ``run()`` reads it, it
+  is replaced, in this process only, by a subclass that records each
+  server (:class:`GeventServers`) and can stop accepting for good without
+  closing its socket. When the master shuts a listener down
+  (``shutdown(SHUT_RD)``: the server stopped listening), the ``EINVAL`` of
+  ``accept()`` stops it accepting, with one INFO line, instead of gevent's
+  traceback and its "failed with [Errno 22]" line.
+
+Never close a server's socket early: a connection accepted just before,
+whose greenlet has not started yet, would find its listener gone
+(``getsockname()``: EBADF) and be reset. Gunicorn's own stop closes them at
+``alive = False`` (at most a second later), answers the next request on
+every keep-alive connection with ``Connection: close`` and waits for its
+connections; :meth:`GeventServers.stop_accepting` stops the accepting at
+once where graceful knows the worker is stopping. A cleanup task or hook
+that blocks in C, without yielding to the hub, cannot be timed out here.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import sys
+from typing import Any
+
+from graceful.core.lifecycle import Lifecycle
+
+__all__ = ["GeventServers", "prepare"]
+
+logger = logging.getLogger(__name__)
+
+
+class GeventServers:
+    """This worker's gevent ``StreamServer`` objects, recorded as Gunicorn builds them."""
+
+    def __init__(self) -> None:
+        self.servers: list[Any] = []
+
+    def stop_accepting(self) -> None:
+        """No server accepts here any more; the sockets stay open (Gunicorn closes them). Any greenlet; idempotent."""
+        for server in list(self.servers):
+            server.stop_accepting_for_good()
+
+
+def prepare(worker: Any, lifecycle: Lifecycle) -> GeventServers | None:
+    """``post_worker_init`` of a gevent worker (main greenlet): renew the lifecycle, quiet the servers.
+
+    Returns the recorded servers, or None (logged once) when this Gunicorn's
+    gevent worker does not build its servers from
+    ``gunicorn.workers.ggevent.StreamServer``.
+    """
+    lifecycle.renew_after_patch()
+    module = sys.modules.get("gunicorn.workers.ggevent")
+    base = getattr(module, "StreamServer", None)
+    if not isinstance(base, type) or not callable(getattr(base, "do_read", None)):
+        logger.warning(
+            "graceful: worker %d: this Gunicorn's gevent worker has no StreamServer to record: when the"
+            " listeners shut down, gevent logs an 'Errno 22' traceback per listener (nothing is lost)",
+            os.getpid(),
+        )
+        return None
+    recorded = GeventServers()
+    pid = os.getpid()
+
+    class QuietStreamServer(base):  # type: ignore[misc, valid-type]  # gevent's StreamServer, found at run time
+        """gevent's StreamServer; recorded, and able to stop accepting for good, quietly."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            #: True once it accepts no more (its socket stays open until Gunicorn closes it).
+            self.stopped_accepting = False
+            recorded.servers.append(self)
+
+        def stop_accepting_for_good(self) -> None:
+            self.stopped_accepting = True
+            self.stop_accepting()
+
+        def start_accepting(self) -> None:
+            # gevent re-arms a started server's accepting whenever its pool frees a slot.
+            if not self.stopped_accepting:
+                super().start_accepting()
+
+        def do_read(self) -> Any:
+            try:
+                return super().do_read()
+            except OSError as exc:
+                if exc.errno != errno.EINVAL:
+                    raise
+                # The master shut the listener down: this server stopped listening for good.
+                if not self.stopped_accepting:
+                    logger.info("graceful: worker %d: listener %s shut down; stopped accepting", pid, self.address)
+                self.stop_accepting_for_good()
+                return None
+
+    module.StreamServer = QuietStreamServer  # type: ignore[union-attr]  # found above
+    return recorded

@@ -1,0 +1,207 @@
+"""One Gunicorn worker's stop: why, since when, and the ``graceful-stop`` thread that carries it out.
+
+Runs in a worker process, every supported worker class, Gunicorn 22-27.
+A worker stops either with its server (the master's shutdown: the
+ShutdownInitiated broadcast fired before the master's TERM) or on its own,
+a *process stop*, while the server goes on serving: recycled
+(``max_requests``), replaced on HUP, removed with TTOU, stopped with its
+master while a USR2 peer serves, or killed by its timeout. A process stop
+never touches the server's readiness; it logs
+``graceful: worker PID stopping (REASON)`` (:mod:`.stop_reason`) from the
+moment the worker knows, then its drain and its cleanup.
+
+* ``post_worker_init`` (main thread): :meth:`ProcessStop.install` puts a
+  SIGTERM handler in front of Gunicorn's and starts the ``graceful-stop``
+  thread (a greenlet under gevent). The OS handler only records the time and
+  writes a byte to a pipe; for sync and gevent it then calls Gunicorn's
+  handler at once (``alive = False``: the worker leaves its loop as
+  Gunicorn makes it); for gthread the thread calls it at the end of
+  :class:`.recycling.GthreadStop`'s stop.
+* ``pre_request`` (request thread): :meth:`ProcessStop.before_request`:
+  ``Connection: close`` once stopping, and the ``max_requests`` count.
+* the ``graceful-stop`` thread: wakes on the pipe, finds the reason, logs
+  it, and stops the worker accepting (gthread: the whole takeover; gevent:
+  its servers close at once; sync leaves its loop by itself).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import select
+import signal
+import threading
+import time
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+from graceful.gunicorn.gevent_worker import GeventServers
+from graceful.gunicorn.recycling import GthreadStop
+from graceful.gunicorn.shared import SharedState
+from graceful.gunicorn.stop_reason import StopReason
+
+__all__ = ["ProcessStop"]
+
+logger = logging.getLogger(__name__)
+
+
+class ProcessStop:
+    """One worker's stop; made in ``post_fork``, installed in ``post_worker_init``."""
+
+    def __init__(self, worker: Any, shared: SharedState) -> None:
+        self.worker = worker
+        self.shared = shared
+        #: Seconds the drain may take from the stop's start (the config's, once the app is loaded).
+        self.drain_timeout = 0.0
+        self.pid = os.getpid()
+        #: Monotonic time of this worker's SIGTERM, set by the OS handler.
+        self.term_at: float | None = None
+        #: Monotonic time the stop began (SIGTERM, max_requests reached, the timeout's SIGABRT).
+        self.started_at: float | None = None
+        #: Why, for a process stop; None while not stopping, and for the server's stop.
+        self.reason: StopReason | None = None
+        #: True once stopping: every response from now on gets ``Connection: close``.
+        self.stopping = False
+        self.gthread: GthreadStop | None = None
+        self.gevent: GeventServers | None = None
+        self._gunicorn_term: Callable[[int, Any], object] = self._not_alive
+        self._wake_read, self._wake_write = os.pipe()
+        os.set_blocking(self._wake_write, False)
+        self._lock = threading.Lock()
+
+    @property
+    def server_stop(self) -> bool:
+        """True when this is the server's shutdown (stopping, with no reason of its own)."""
+        return self.stopping and self.reason is None
+
+    # -- worker main thread ------------------------------------------------------------
+
+    def note_early_term(self) -> None:
+        """``post_fork``: until Gunicorn installs its own, a SIGTERM is only noted (:meth:`install` acts on it).
+
+        Until then the worker has the master's handler, which would queue the
+        TERM into the master's (copied) signal queue, where nothing reads it:
+        a worker forked just before the master stops it would miss its TERM.
+        """
+        signal.signal(signal.SIGTERM, self._on_early_term)
+
+    def _on_early_term(self, _signum: int, _frame: FrameType | None) -> None:
+        # Inside the OS signal handler: a plain attribute only.
+        if self.term_at is None:
+            self.term_at = time.monotonic()
+
+    def install(self, drain_timeout: float, gthread: GthreadStop | None, gevent: GeventServers | None) -> None:
+        """``post_worker_init``: take SIGTERM over, start the ``graceful-stop`` thread (after gevent's patch).
+
+        ``drain_timeout`` is the config's now that the app (which may
+        configure the lifecycle) is loaded.
+        """
+        self.drain_timeout = drain_timeout
+        self.gthread = gthread
+        self.gevent = gevent
+        # Made now: under gevent, of the cooperative kind.
+        self._lock = threading.Lock()
+        handler = signal.getsignal(signal.SIGTERM)
+        self._gunicorn_term = handler if callable(handler) else self._not_alive
+        signal.signal(signal.SIGTERM, self._on_term)
+        # Gunicorn keeps SIGTERM from interrupting system calls; signal.signal() just undid that.
+        signal.siginterrupt(signal.SIGTERM, False)
+        threading.Thread(target=self._run, name="graceful-stop", daemon=True).start()
+        if self.term_at is not None:  # a TERM came while the worker booted
+            self._on_term(signal.SIGTERM, None)
+
+    def _not_alive(self, _signum: int, _frame: FrameType | None) -> None:
+        # What every Gunicorn worker's SIGTERM handler does, should none be installed.
+        self.worker.alive = False
+
+    def _on_term(self, signum: int, frame: FrameType | None) -> None:
+        # Inside the OS signal handler: a plain attribute, a pipe write, then Gunicorn's handler.
+        if self.term_at is None:
+            self.term_at = time.monotonic()
+        self._wake()
+        if self.gthread is None:
+            self._gunicorn_term(signum, frame)
+
+    def _wake(self) -> None:
+        with contextlib.suppress(OSError):  # full: the thread is being woken already
+            os.write(self._wake_write, b"s")
+
+    # -- any thread ----------------------------------------------------------------------
+
+    def begin(self, reason: StopReason | None, at: float | None = None) -> bool:
+        """Start the stop once (``reason`` None: the server's); log a process stop's reason. True the first time."""
+        with self._lock:
+            if self.stopping:
+                return False
+            self.started_at = time.monotonic() if at is None else at
+            self.reason = reason
+            self.stopping = True
+        if reason is not None:
+            logger.info("graceful: worker %d stopping (%s)", self.pid, reason.value)
+        return True
+
+    def reason_now(self) -> StopReason | None:
+        """Why this worker stops, as far as it can tell now: None for the server's shutdown."""
+        if self.shared.shutdown_initiated.is_fired():
+            return None
+        if self.term_at is None:  # no TERM: SIGQUIT/SIGINT, or the master is gone
+            return StopReason.BY_MASTER
+        return self.shared.stop_reason.read()
+
+    def drain_time_left(self) -> float:
+        """Seconds left of ``drain_timeout`` since the stop began (all of it if it has not)."""
+        if self.started_at is None:
+            return self.drain_timeout
+        return max(0.0, self.started_at + self.drain_timeout - time.monotonic())
+
+    def stop_accepting(self) -> None:
+        """Stop taking connections on listeners another process also serves; they stay open.
+
+        gthread: its listeners leave the poller; gevent: its servers close;
+        sync serves every connection it accepts and leaves its loop at TERM.
+        """
+        if self.gthread is not None:
+            self.gthread.stop_accepting()
+        elif self.gevent is not None:
+            self.gevent.stop_accepting()
+
+    # -- request thread ------------------------------------------------------------------
+
+    def before_request(self, req: Any) -> None:
+        """``pre_request``: ``Connection: close`` once stopping; the request reaching max_requests stops it."""
+        if self.stopping:
+            req.force_close()
+            return
+        if self.gthread is not None:
+            if self.gthread.count():
+                req.force_close()
+                self.begin(StopReason.RECYCLED)
+                self._wake()
+            return
+        # sync and gevent: Gunicorn counts after pre_request, and stops the worker at its limit itself.
+        worker = self.worker
+        if worker.nr + 1 >= worker.max_requests:
+            self.begin(StopReason.RECYCLED)
+            self._wake()
+
+    # -- graceful-stop thread ------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self.stopping:
+            readable, _, _ = select.select([self._wake_read], [], [], 1.0)
+            if readable:
+                with contextlib.suppress(OSError):
+                    os.read(self._wake_read, 64)
+            if self.term_at is not None:
+                self.begin(self.reason_now(), at=self.term_at)
+        if self.gthread is not None:
+            assert self.started_at is not None
+            left = self.gthread.stop(self.started_at + self.drain_timeout, self._gunicorn_term)
+            if left:
+                logger.warning(
+                    "graceful: worker %d: %d connection(s) still open at the drain's deadline", self.pid, left
+                )
+        elif self.gevent is not None:
+            self.gevent.stop_accepting()

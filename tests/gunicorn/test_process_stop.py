@@ -1,0 +1,208 @@
+"""Unit tests of graceful.gunicorn.process_stop: a worker's stop, its reason and its SIGTERM takeover."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+from collections.abc import Iterator
+from types import FrameType
+from typing import Any
+
+import pytest
+
+from graceful.gunicorn.process_stop import ProcessStop
+from graceful.gunicorn.recycling import GthreadStop
+from graceful.gunicorn.stop_reason import StopReason, StopReasonSlot
+from tests.gunicorn.test_recycling import NewGthreadWorker
+
+
+class Broadcast:
+    def __init__(self) -> None:
+        self.fired = False
+
+    def is_fired(self, timeout: float = 0.0) -> bool:
+        return self.fired
+
+
+class Shared:
+    """The parts of graceful.gunicorn.shared.SharedState a worker's stop reads."""
+
+    def __init__(self) -> None:
+        self.shutdown_initiated = Broadcast()
+        self.stop_reason = StopReasonSlot()
+
+
+class SyncWorker:
+    """The parts of Gunicorn's sync (or gevent) worker the stop reads."""
+
+    def __init__(self) -> None:
+        self.nr = 0
+        self.max_requests = 3
+        self.alive = True
+
+
+class Request:
+    def __init__(self) -> None:
+        self.closed = False
+
+    def force_close(self) -> None:
+        self.closed = True
+
+
+def stop_of(worker: object, shared: Shared | None = None, drain_timeout: float = 5.0) -> ProcessStop:
+    holder: Any = shared or Shared()
+    stop = ProcessStop(worker, holder)
+    stop.drain_timeout = drain_timeout  # what install() sets from the config
+    return stop
+
+
+def wait_until(condition: Any, timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+class TestBegin:
+    def test_once_with_one_line_for_a_process_stop(self, caplog: pytest.LogCaptureFixture) -> None:
+        """The first begin() wins and logs 'worker PID stopping (reason)'; later ones change nothing."""
+        stop = stop_of(SyncWorker())
+        with caplog.at_level(logging.INFO, logger="graceful"):
+            assert stop.begin(StopReason.RELOAD)
+            assert not stop.begin(StopReason.SCALE_IN)
+        assert stop.reason is StopReason.RELOAD and stop.stopping and not stop.server_stop
+        assert [r.getMessage() for r in caplog.records] == [f"graceful: worker {os.getpid()} stopping (reload)"]
+
+    def test_the_servers_stop_logs_nothing_of_its_own(self, caplog: pytest.LogCaptureFixture) -> None:
+        """begin(None), the server's stop: the lifecycle's signals tell it, this logs nothing."""
+        stop = stop_of(SyncWorker())
+        with caplog.at_level(logging.INFO, logger="graceful"):
+            assert stop.begin(None)
+        assert stop.server_stop and caplog.records == []
+
+    def test_the_drain_counts_from_the_stops_start(self) -> None:
+        """drain_time_left(): all of drain_timeout before the stop, what is left of it after."""
+        stop = stop_of(SyncWorker(), drain_timeout=5.0)
+        assert stop.drain_time_left() == 5.0
+        stop.begin(StopReason.RELOAD, at=time.monotonic() - 2.0)
+        assert 2.5 < stop.drain_time_left() <= 3.0
+
+
+class TestReasonNow:
+    def test_the_servers_shutdown(self) -> None:
+        """The ShutdownInitiated broadcast fired: the server's stop (None), whatever the slot says."""
+        shared = Shared()
+        shared.shutdown_initiated.fired = True
+        shared.stop_reason.write(StopReason.RELOAD)
+        stop = stop_of(SyncWorker(), shared)
+        stop.term_at = time.monotonic()
+        assert stop.reason_now() is None
+
+    def test_a_term_reads_the_slot(self) -> None:
+        """A TERM from the master: the reason the master wrote."""
+        shared = Shared()
+        shared.stop_reason.write(StopReason.SCALE_IN)
+        stop = stop_of(SyncWorker(), shared)
+        stop.term_at = time.monotonic()
+        assert stop.reason_now() is StopReason.SCALE_IN
+
+    def test_no_term_is_stopped_by_the_master(self) -> None:
+        """No TERM (SIGQUIT, the master gone): the slot's old reason does not apply."""
+        shared = Shared()
+        shared.stop_reason.write(StopReason.RELOAD)
+        assert stop_of(SyncWorker(), shared).reason_now() is StopReason.BY_MASTER
+
+
+class TestBeforeRequest:
+    def test_connection_close_once_stopping(self) -> None:
+        """Every request after the stop began is answered with Connection: close."""
+        stop = stop_of(SyncWorker())
+        first = Request()
+        stop.before_request(first)
+        stop.begin(StopReason.RELOAD)
+        later = Request()
+        stop.before_request(later)
+        assert not first.closed and later.closed
+
+    def test_sync_and_gevent_learn_their_recycling_from_gunicorns_count(self) -> None:
+        """sync/gevent: the request Gunicorn will count as the max_requests-th starts the stop (recycled)."""
+        worker = SyncWorker()
+        stop = stop_of(worker)
+        for served in range(2):
+            worker.nr = served
+            stop.before_request(Request())
+            assert not stop.stopping
+        worker.nr = 2
+        stop.before_request(Request())
+        assert stop.reason is StopReason.RECYCLED
+
+    def test_gthread_counts_itself_and_closes_the_last_request(self) -> None:
+        """gthread (taken over): the request reaching max_requests gets Connection: close and starts the stop."""
+        worker = NewGthreadWorker()
+        worker.max_requests = 2
+        stop = stop_of(worker)
+        stop.gthread = GthreadStop.install(worker)
+        first, second = Request(), Request()
+        stop.before_request(first)
+        stop.before_request(second)
+        assert not first.closed and second.closed and stop.reason is StopReason.RECYCLED
+
+
+@pytest.fixture
+def sigterm() -> Iterator[list[int]]:
+    """A stand-in for Gunicorn's SIGTERM handler (records calls); the test process's own is restored after."""
+    calls: list[int] = []
+
+    def gunicorns(signum: int, _frame: FrameType | None) -> None:
+        calls.append(signum)
+
+    previous = signal.signal(signal.SIGTERM, gunicorns)
+    try:
+        yield calls
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+class TestSigterm:
+    def test_sync_hands_the_term_to_gunicorn_at_once_and_logs_the_reason(
+        self, sigterm: list[int], caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """sync/gevent: Gunicorn's handler runs in the OS handler; the graceful-stop thread logs the reason."""
+        shared = Shared()
+        shared.stop_reason.write(StopReason.RELOAD)
+        stop = stop_of(SyncWorker(), shared)
+        with caplog.at_level(logging.INFO, logger="graceful"):
+            stop.install(5.0, None, None)
+            os.kill(os.getpid(), signal.SIGTERM)
+            assert wait_until(lambda: stop.stopping)
+        assert sigterm == [signal.SIGTERM]
+        assert stop.reason is StopReason.RELOAD and stop.term_at is not None
+        assert f"graceful: worker {os.getpid()} stopping (reload)" in caplog.text
+
+    def test_gthread_hands_over_only_when_its_connections_are_done(self, sigterm: list[int]) -> None:
+        """gthread: the OS handler does not call Gunicorn's; the thread does, once no connection is left."""
+        worker = NewGthreadWorker()
+        worker.nr_conns = 1
+        stop = stop_of(worker)
+        stop.install(5.0, GthreadStop.install(worker), None)
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert wait_until(lambda: worker.worker_connections == 0)
+        time.sleep(0.2)
+        assert sigterm == []  # a connection is still open
+        worker.nr_conns = 0
+        assert wait_until(lambda: sigterm == [signal.SIGTERM])
+
+    def test_a_term_during_the_boot_is_not_lost(self, sigterm: list[int]) -> None:
+        """A TERM between the fork and Gunicorn's own handler is noted, and acted on once installed."""
+        stop = stop_of(SyncWorker())
+        stop.note_early_term()
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert stop.term_at is not None
+        signal.signal(signal.SIGTERM, lambda signum, _frame: sigterm.append(signum))  # Gunicorn's init_signals
+        stop.install(5.0, None, None)
+        assert wait_until(lambda: stop.stopping)
+        assert sigterm == [signal.SIGTERM]
