@@ -8,7 +8,11 @@ This runs, under ``valgrind --tool=callgrind``, one process per case that
 serves ``--count`` requests as a server would (fresh environ, call, iterate,
 ``close()``) and one that serves none; the difference over ``count`` is the
 instructions per request. Cases: a plain WSGI function bare and wrapped in
-``GracefulMiddleware``, a Flask hello world without and with ``Graceful``.
+``GracefulMiddleware``, a Flask hello world without and with ``Graceful``;
+with ``--metrics``, also both wrapped with metrics on (``metrics_on_app_port``
+and a ``GracefulCollector`` registered in a registry: what metrics add to a
+request, against 50 ns), and the plain app during the shutdown delay (the
+checked path, which counts each request).
 
 Instructions are not time (in Flask's company a Python frame costs more than
 its instructions say: ``bench/middleware.py`` measures time), but the same
@@ -33,6 +37,7 @@ if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIEnvironment
 
 CASES = ("plain-bare", "plain-wrapped", "flask-bare", "flask-wrapped")
+METRICS_CASES = ("plain-metrics", "flask-metrics", "plain-delay")
 _TOTAL = re.compile(r"^summary:\s+(\d+)", re.MULTILINE)
 
 
@@ -47,15 +52,27 @@ def serve(case: str, count: int) -> None:
     # Public names only, so that trees of other layouts can be compared.
     from graceful import Config, GracefulMiddleware, Lifecycle
 
-    lifecycle = Lifecycle(Config())
+    if case.endswith("metrics"):  # trees with graceful.metrics only
+        from prometheus_client import CollectorRegistry
+
+        from graceful.metrics import GracefulCollector
+
+        lifecycle = Lifecycle(Config(metrics_on_app_port=True))
+        CollectorRegistry().register(GracefulCollector(lifecycle))
+    elif case.endswith("delay"):
+        lifecycle = Lifecycle(Config(shutdown_delay=3600, grace_period=7200))
+        lifecycle.serves_requests = False  # no sampler thread in the count
+        lifecycle.initiate_shutdown()
+    else:
+        lifecycle = Lifecycle(Config())
     if case.startswith("plain"):
-        app = GracefulMiddleware(plain_app, lifecycle) if case.endswith("wrapped") else plain_app
+        app = GracefulMiddleware(plain_app, lifecycle) if not case.endswith("bare") else plain_app
     else:
         from flask import Flask
 
         flask = Flask("bench")
         flask.add_url_rule("/", "hello", lambda: "hello")
-        if case.endswith("wrapped"):
+        if not case.endswith("bare"):
             from graceful.flask import Graceful
 
             Graceful(flask, lifecycle=lifecycle)
@@ -120,7 +137,8 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=2000, help="requests per measured process")
     parser.add_argument("--tree", action="append", type=Path, help="a checkout to measure (repeat to compare)")
     parser.add_argument("--plain-only", action="store_true", help="only the plain WSGI app (quick)")
-    parser.add_argument("--serve", choices=CASES, help=argparse.SUPPRESS)
+    parser.add_argument("--metrics", action="store_true", help="also metrics on, and the shutdown delay")
+    parser.add_argument("--serve", choices=CASES + METRICS_CASES, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
         serve(args.serve, args.count)
@@ -129,13 +147,21 @@ def main() -> None:
     print(f"instructions per request (callgrind, {args.count} requests, difference from 0 requests)")
     for tree in trees:
         per: dict[str, float] = {}
-        for case in CASES[:2] if args.plain_only else CASES:
+        cases = CASES[:2] if args.plain_only else CASES
+        if args.metrics:
+            cases += METRICS_CASES[::2] if args.plain_only else METRICS_CASES
+        for case in cases:
             per[case] = (count_instructions(tree, case, args.count) - count_instructions(tree, case, 0)) / args.count
         plain = per["plain-wrapped"] - per["plain-bare"]
         line = f"{tree}: plain {per['plain-bare']:.0f} -> {per['plain-wrapped']:.0f} (+{plain:.0f})"
         if not args.plain_only:
             flask = per["flask-wrapped"] / per["flask-bare"]
             line += f"; flask {per['flask-bare']:.0f} -> {per['flask-wrapped']:.0f} (x{flask:.4f})"
+        if args.metrics:
+            line += f"; metrics on: plain {per['plain-metrics'] - per['plain-wrapped']:+.0f}"
+            if "flask-metrics" in per:
+                line += f", flask {per['flask-metrics'] - per['flask-wrapped']:+.0f}"
+            line += f"; in the delay: plain {per['plain-delay'] - per['plain-wrapped']:+.0f}"
         print(line)
 
 

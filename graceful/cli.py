@@ -1,13 +1,16 @@
-"""The ``graceful`` command: ``graceful serve module:app`` and ``graceful check``.
+"""The ``graceful`` command: ``graceful serve module:app``, ``graceful check`` and ``graceful timeline``.
 
     graceful serve myapp:app --bind 0.0.0.0:8000 --threads 8
     graceful serve myapp:app --bind 0.0.0.0:8000 --health-bind 0.0.0.0:8081
     python -m graceful serve myapp:create_app() --keep-alive 0
     graceful check deployment.yaml
+    graceful timeline shutdown.json -o timeline.svg
 
 ``serve`` runs the single-process server (graceful.serve.server) with its whole
 shutdown timeline; settings come from ``GRACEFUL_*`` environment variables
-(graceful.core.config). ``check`` is ``graceful.kubernetes.command``'s own command line.
+(graceful.core.config). ``check`` is ``graceful.kubernetes.command``'s own command line,
+``timeline`` ``graceful.timeline``'s (exit 2 and one line for a file that is
+not a shutdown record, or without matplotlib).
 
 Exit status of ``serve``: 0 after a graceful shutdown; 1 on a second signal,
 a failed server loop or an overrun grace period (or when the address is in
@@ -117,6 +120,11 @@ def _parser() -> argparse.ArgumentParser:
         add_help=False,
         help="check Kubernetes manifests for settings that lose requests (graceful check --help)",
     )
+    commands.add_parser(
+        "timeline",
+        add_help=False,
+        help="draw a shutdown record (GRACEFUL_REPORT_FILE) as an SVG or PNG timeline (graceful timeline --help)",
+    )
     return parser
 
 
@@ -131,6 +139,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from graceful.kubernetes import command as check  # its dependencies are not needed to serve
 
         return check.main(args_list[1:])
+    if args_list[:1] == ["timeline"]:
+        from graceful import timeline  # matplotlib is imported only when drawing
+
+        return timeline.main(args_list[1:])
     parser = _parser()
     try:
         args = parser.parse_args(args_list)
@@ -141,6 +153,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     """``graceful serve``: import the app, check the settings, serve, exit."""
+    from graceful.process.termination import report_file_problem
     from graceful.serve.server import AppImportError, load_app, serve, wrap_app
 
     logging.basicConfig(
@@ -158,6 +171,9 @@ def _serve(args: argparse.Namespace) -> int:
         lifecycle.check_budget()  # reads the config and checks it fits GRACEFUL_GRACE_PERIOD
     except (AppImportError, ConfigError) as exc:
         return _error(str(exc))
+    problem = report_file_problem(lifecycle.config.report_file)
+    if problem is not None:
+        return _error(problem)
     host, port = args.bind
     status = serve(
         app,

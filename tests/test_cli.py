@@ -41,11 +41,21 @@ class TestMain:
         assert main(["--version"]) == 0
         assert capsys.readouterr().out.strip() == f"graceful {__version__}"
 
-    def test_help_lists_both_commands(self, capsys: pytest.CaptureFixture[str]) -> None:
-        """--help succeeds and names serve and check."""
+    def test_help_lists_every_command(self, capsys: pytest.CaptureFixture[str]) -> None:
+        """--help succeeds and names serve, check and timeline."""
         assert main(["--help"]) == 0
         out = capsys.readouterr().out
-        assert "serve" in out and "check" in out
+        assert "serve" in out and "check" in out and "timeline" in out
+
+    def test_timeline_help(self, capsys: pytest.CaptureFixture[str]) -> None:
+        """`graceful timeline --help` is the timeline's own help, and succeeds."""
+        assert main(["timeline", "--help"]) == 0
+        assert "usage: graceful timeline" in capsys.readouterr().out
+
+    def test_timeline_usage_error(self, capsys: pytest.CaptureFixture[str]) -> None:
+        """`graceful timeline` without -o is a usage error: exit 2."""
+        assert main(["timeline", "record.json"]) == 2
+        assert "the following arguments are required: -o/--output" in capsys.readouterr().err
 
     def test_serve_help_lists_its_options(self, capsys: pytest.CaptureFixture[str]) -> None:
         """serve --help documents bind, threads and keep-alive."""

@@ -10,7 +10,11 @@ from __future__ import annotations
 import time
 from typing import Protocol
 
-__all__ = ["Clock", "MonotonicClock", "Waitable"]
+__all__ = ["Clock", "MonotonicClock", "Waitable", "unix_time"]
+
+# Unix time minus monotonic time, taken once (at import; a Gunicorn worker inherits the master's),
+# so that every process converts a monotonic reading to the same wall-clock time.
+_UNIX_OFFSET = time.time() - time.monotonic()
 
 
 class Waitable(Protocol):
@@ -43,3 +47,12 @@ class MonotonicClock:
     def wait(self, event: Waitable, timeout: float) -> bool:
         """Block on ``event`` for at most ``timeout`` seconds."""
         return event.wait(max(0.0, timeout))
+
+
+def unix_time(monotonic: float) -> float:
+    """The Unix time of a ``time.monotonic()`` reading (for metrics and records; deadlines stay monotonic).
+
+    The offset between the two clocks is taken once, so a wall-clock step
+    (NTP) after start-up does not move what was recorded.
+    """
+    return monotonic + _UNIX_OFFSET

@@ -2,6 +2,7 @@
 
 Every duration is in **seconds** (a float, unless the field says otherwise);
 field names carry no unit suffix, this docstring is the one place that says so.
+Paths are strings; an empty one turns its feature off.
 
 Sources, highest precedence first:
 
@@ -30,7 +31,7 @@ from graceful.core.budget import Budget
 from graceful.healthport.address import ALLOWED as _ADDRESSES
 from graceful.healthport.address import HealthAddress, parse_address
 
-__all__ = ["Config", "ConfigError", "env_name"]
+__all__ = ["DEFAULT_TERMINATION_LOG", "Config", "ConfigError", "env_name"]
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
@@ -47,15 +48,18 @@ def env_name(field: str) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class _Rule:
-    kind: type  # float, int, bool, or str (an address)
+    # float, int, bool, str (a path) or HealthAddress (an address, kept as its text)
+    kind: type
     minimum: float = 0.0
     strictly_positive: bool = False
 
     def allowed(self) -> str:
-        if self.kind is str:
+        if self.kind is HealthAddress:
             return _ADDRESSES
         if self.kind is bool:
             return "one of true/false, yes/no, on/off, 1/0"
+        if self.kind is str:
+            return "a file path (no surrounding spaces, no NUL), or empty to turn it off"
         noun = "a whole number" if self.kind is int else "a finite number of seconds"
         op = ">" if self.strictly_positive else ">="
         return f"{noun} {op} {self.minimum:g}"
@@ -70,17 +74,36 @@ _RULES: dict[str, _Rule] = {
     "grace_period": _Rule(float, strictly_positive=True),
     "max_in_flight": _Rule(int),
     "expose_check_errors": _Rule(bool),
-    "health_bind": _Rule(str),
+    "health_bind": _Rule(HealthAddress),
+    "report_file": _Rule(str),
+    "termination_log": _Rule(str),
+    "metrics_on_app_port": _Rule(bool),
 }
+
+#: Where Kubernetes reads a container's termination message (its default ``terminationMessagePath``).
+DEFAULT_TERMINATION_LOG = "/dev/termination-log"
 
 
 def _bad(source: str, value: object, rule: _Rule) -> ConfigError:
     return ConfigError(f"{source}={value!r} is not allowed: expected {rule.allowed()}")
 
 
+def _parse_path(source: str, raw: object, rule: _Rule) -> str:
+    # Only the text: the file system is the server's (graceful check reads a pod's settings elsewhere);
+    # graceful.process.termination checks the report file's directory when a server starts.
+    if not isinstance(raw, (str, os.PathLike)):
+        raise _bad(source, raw, rule)
+    path = os.fspath(raw)
+    if not isinstance(path, str) or "\0" in path or path != path.strip():
+        raise _bad(source, raw, rule)
+    return path
+
+
 def _parse(source: str, raw: object, rule: _Rule) -> Any:
     """Turn a raw value (string from the environment, or a Python value) into a checked one."""
     if rule.kind is str:
+        return _parse_path(source, raw, rule)
+    if rule.kind is HealthAddress:
         try:
             parse_address(source, raw)
         except ValueError as exc:
@@ -134,6 +157,15 @@ class Config:
     ``health_bind``: the health port's address, such as ``0.0.0.0:8081``
     (:mod:`graceful.healthport.address` lists the forms): probes answered on
     it by a thread that never waits for the app. Empty (the default): off.
+    ``report_file``: write the shutdown record (JSON, :mod:`graceful.core.record`)
+    here at the end of every server shutdown (empty: not written); a server
+    refuses to start when its directory does not exist.
+    ``termination_log``: write a one-paragraph summary of the shutdown here
+    when the file exists and is writable (Kubernetes' ``terminationMessagePath``;
+    empty: never).
+    ``metrics_on_app_port``: answer ``/metrics`` on the app's own port too
+    (read when the middleware is built; off: only on the health port or in
+    the user's own prometheus_client registry).
 
     Raises :class:`ConfigError` for any value out of range, and when the
     budget (see :meth:`check_budget`) does not fit ``grace_period``.
@@ -148,6 +180,9 @@ class Config:
     max_in_flight: int = 0
     expose_check_errors: bool = False
     health_bind: str = ""
+    report_file: str = ""
+    termination_log: str = DEFAULT_TERMINATION_LOG
+    metrics_on_app_port: bool = False
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):

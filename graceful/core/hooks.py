@@ -21,10 +21,11 @@ import dataclasses
 import enum
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 
 from graceful.core.clock import Clock
+from graceful.core.logfields import log_fields
 
 __all__ = ["Hook", "HookBatch", "HookResult", "Outcome", "ShutdownReport"]
 
@@ -64,13 +65,14 @@ class Hook:
 
 @dataclasses.dataclass(frozen=True)
 class HookResult:
-    """The outcome of one hook: name, outcome, seconds it took, error text."""
+    """The outcome of one hook: name, outcome, seconds it took, error text, when it started (monotonic s)."""
 
     kind: str
     name: str
     outcome: Outcome
     duration: float
     error: str | None = None
+    started_at: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,11 +102,21 @@ class ShutdownReport:
         return ", ".join(f"{counts[o]} {o.value}" for o in Outcome)
 
 
+#: Gives the ``extra=`` fields of a log line for an event name (see :mod:`graceful.core.logfields`).
+LogFields = Callable[[str], Mapping[str, object]]
+
+
+def _plain_fields(event: str) -> Mapping[str, object]:
+    return log_fields(event)
+
+
 class HookBatch:
     """Runs hooks concurrently once; :meth:`wait` collects their results.
 
     Thread-safe: :meth:`start` and :meth:`wait` may be called from different
-    threads; each runs its body once.
+    threads; each runs its body once. ``fields(event)`` gives the structured
+    fields of its log lines (the lifecycle's, with the time since
+    ShutdownInitiated).
     """
 
     def __init__(
@@ -114,8 +126,10 @@ class HookBatch:
         default_timeout: float,
         clock: Clock,
         on_all_done: Callable[[], object] | None = None,
+        fields: LogFields = _plain_fields,
     ) -> None:
         self.kind = kind
+        self._fields = fields
         self._on_all_done = on_all_done
         self._hooks = list(hooks)
         self._default_timeout = default_timeout
@@ -157,8 +171,8 @@ class HookBatch:
             hook.fn()
         except BaseException as exc:  # SystemExit from a hook must not stop the others
             outcome, error = Outcome.FAILED, f"{type(exc).__name__}: {exc}"
-            logger.error("graceful: %s %r raised", self.kind, hook.name, exc_info=True)
-        self._record(HookResult(self.kind, hook.name, outcome, self._clock.now() - started, error))
+            logger.error("graceful: %s %r raised", self.kind, hook.name, exc_info=True, extra=self._fields("hook"))
+        self._record(HookResult(self.kind, hook.name, outcome, self._clock.now() - started, error, started))
         self._finished[hook.name].set()
         if self._on_all_done is not None and not self.hung:
             # The last hook to return says so at once, so that the moment all
@@ -190,6 +204,7 @@ class HookBatch:
                         Outcome.TIMED_OUT,
                         self.timeout_of(hook),
                         f"still running after {self.timeout_of(hook):g}s",
+                        self._started_at,
                     )
                 )
         with self._lock:
@@ -209,9 +224,15 @@ class HookBatch:
                 r.outcome.value,
                 r.duration,
                 f": {r.error}" if r.error else "",
+                extra=self._fields("hook"),
             )
         if report.results:
-            logger.info("graceful: %ss finished: %s", self.kind, report.summary())
+            logger.info("graceful: %ss finished: %s", self.kind, report.summary(), extra=self._fields("hooks"))
+
+    def results(self) -> list[HookResult]:
+        """The results recorded so far (hooks that have not ended yet have none), in registration order."""
+        with self._lock:
+            return [self._results[h.name] for h in self._hooks if h.name in self._results]
 
     def pending_reason(self, name: str) -> str | None:
         """``None`` once hook ``name`` returned normally, else why not (running, or its error)."""

@@ -32,7 +32,15 @@
 
 Each signal wraps a ``threading.Event``, remembers the monotonic time it
 fired, fires once however often it is signalled, and logs one line with the
-seconds since ShutdownInitiated.
+seconds since ShutdownInitiated (and the structured fields of
+:mod:`graceful.core.logfields`).
+
+From ShutdownInitiated to CleanupFinished the lifecycle also observes: its
+:class:`~graceful.core.stats.RequestStats` count the requests that arrive and
+are refused, and a ``graceful-sampler`` thread samples them every 50 ms
+(:mod:`graceful.core.stats`); at NotAcceptingNewRequests it warns when
+requests were still arriving in the last tenth of the delay. The shutdown
+record (:mod:`graceful.core.record`) is built from all this.
 
 A :class:`Lifecycle` owns the signals (:mod:`graceful.core.signals`), the hook
 registry, the in-flight wait group and the admission limit of one server. The
@@ -49,7 +57,9 @@ configured with, then registration, observation and start-up.
 from __future__ import annotations
 
 import logging
+import math
 import threading
+import weakref
 from collections.abc import Callable
 from typing import NoReturn, Protocol
 
@@ -57,9 +67,11 @@ from graceful.core.admission import AdmissionLimit
 from graceful.core.budget import Budget
 from graceful.core.clock import Clock, MonotonicClock
 from graceful.core.config import Config, ConfigError
-from graceful.core.hooks import HookBatch, ShutdownReport
+from graceful.core.hooks import HookBatch, HookResult, ShutdownReport
+from graceful.core.logfields import log_fields
 from graceful.core.registry import CLEANUP_TASK, POST_START_HOOK, PRE_SHUTDOWN_HOOK, Registrations, Registry
 from graceful.core.signals import LifecycleSignal
+from graceful.core.stats import SAMPLE_INTERVAL, RequestStats, Sample, Sampler
 from graceful.core.waitgroup import SafeWaitGroup
 from graceful.process.exit import exit_process
 
@@ -69,6 +81,9 @@ logger = logging.getLogger(__name__)
 
 #: Called as ``listener(signal_name, monotonic_time)`` when a signal fires.
 SignalListener = Callable[[str, float], None]
+
+#: At most this many samples per shutdown (30 minutes of them), whatever the grace period.
+MAX_SAMPLES = 36_000
 
 
 class Lifecycle(Registrations):
@@ -113,6 +128,15 @@ class Lifecycle(Registrations):
         # Set when the drain and cleanup (server or process stop) are done: a second caller waits on it.
         self._tail_done = threading.Event()
         self.report = ShutdownReport()
+        #: This process's request statistics (see :mod:`graceful.core.stats`).
+        self.stats = RequestStats(self.clock)
+        #: False in a process that serves no requests (a Gunicorn master): no samples taken.
+        self.serves_requests = True
+        self._sampler: Sampler | None = None
+        #: What serves the app, for ``graceful_info`` and the record: ``gunicorn``, ``graceful serve``, ...
+        self.server = "wsgi"
+        #: The Gunicorn worker class (``sync``, ``gthread``, ``gevent``), else what the server says.
+        self.worker_class = ""
 
         def signal(name: str) -> LifecycleSignal:
             return LifecycleSignal(name, self.clock, on_fire=self._signal_fired)
@@ -174,6 +198,7 @@ class Lifecycle(Registrations):
                     self.config.hook_timeout,
                     self.clock,
                     on_all_done=self.pre_shutdown_hooks_stopped.fire,
+                    fields=self.log_fields,
                 )
         if not self.shutdown_initiated.fire():
             return
@@ -251,20 +276,37 @@ class Lifecycle(Registrations):
     def _drain(self, drain_timeout: float | None) -> bool:
         """Wait for in-flight requests, up to ``drain_timeout`` s (the config's when None); True if drained."""
         timeout = self.config.drain_timeout if drain_timeout is None else drain_timeout
-        drained = self.in_flight.wait(timeout, self.clock.wait)
+        drained = self.drain_in_flight(timeout)
         if not drained:
             logger.warning(
                 "graceful: drain timed out after %gs; abandoning %d in-flight request(s)",
                 timeout,
                 self.in_flight.count,
+                extra=self.log_fields("drain_timeout"),
             )
         return drained
 
     def _run_cleanup_tasks(self) -> None:
         """Run the cleanup tasks, all at once, and add their results to the report."""
         hooks = self.registry.close(CLEANUP_TASK, "cleanup has begun")
-        self._cleanup_batch = HookBatch(CLEANUP_TASK, hooks, self.config.hook_timeout, self.clock)
+        self._cleanup_batch = HookBatch(
+            CLEANUP_TASK, hooks, self.config.hook_timeout, self.clock, fields=self.log_fields
+        )
         self.report = self.report + self._cleanup_batch.wait()
+
+    def drain_in_flight(self, timeout: float) -> bool:
+        """Stop counting new requests and wait up to ``timeout`` seconds for the in-flight ones; True if drained.
+
+        Records the drain's figures (:attr:`stats`): the requests in flight at
+        the first such wait and when it began, what is left at the last one
+        and when it ended. A Gunicorn worker in retry-after mode waits once on
+        its ``graceful-watch`` thread (the master keeps listening until every
+        worker has drained) and again, briefly, in ``worker_exit``.
+        """
+        self.stats.drain_began(self.clock.now(), self.in_flight.count)
+        drained = self.in_flight.wait(timeout, self.clock.wait)
+        self.stats.drain_ended(self.clock.now(), 0 if drained else self.in_flight.count)
+        return drained
 
     def wait_finished(self, timeout: float) -> bool:
         """Wait (on the lifecycle's clock) until CleanupFinished; return whether it fired."""
@@ -276,7 +318,11 @@ class Lifecycle(Registrations):
         Call from the main thread after :meth:`wait_finished`.
         """
         if self.hung_hooks:
-            logger.warning("graceful: exiting with hung hooks still running: %s", ", ".join(self.hung_hooks))
+            logger.warning(
+                "graceful: exiting with hung hooks still running: %s",
+                ", ".join(self.hung_hooks),
+                extra=self.log_fields("hung_hooks"),
+            )
         exit_process(code)
 
     @property
@@ -290,16 +336,18 @@ class Lifecycle(Registrations):
     def refresh_unhindered(self) -> None:
         """Let requests skip the shutdown and admission checks while there is nothing to check.
 
-        That is while NotAcceptingNewRequests has not fired and ``max_in_flight``
-        is 0: :attr:`unhindered` goes up. GracefulMiddleware calls this on the
-        requests that find it down (the first one; the first after a signal
-        fires). Thread-safe without a lock: every signal's firing and
-        :meth:`configure` change their state, then take the flag down; this
-        sets the flag, then looks at their state again and takes the flag
-        back if either changed.
+        That is while ShutdownInitiated has not fired and ``max_in_flight`` is
+        0: :attr:`unhindered` goes up. From ShutdownInitiated on every request
+        takes the checked path, which counts it (:attr:`stats`): nothing is
+        counted on the hot path before a shutdown. GracefulMiddleware calls
+        this on the requests that find the flag down before a shutdown (the
+        first one; the first after :meth:`configure` or HasBeenReady).
+        Thread-safe without a lock: every signal's firing and :meth:`configure`
+        change their state, then take the flag down; this sets the flag, then
+        looks at their state again and takes the flag back if either changed.
         """
         admission = self.admission
-        signal = self.not_accepting_new_requests
+        signal = self.shutdown_initiated
         if signal.fired_at is None and not admission.limit:
             self.unhindered = True
             if signal.fired_at is not None or self._admission is not admission:
@@ -387,18 +435,80 @@ class Lifecycle(Registrations):
         if listener in self._listeners:
             self._listeners.remove(listener)
 
+    def log_fields(self, event: str) -> dict[str, object]:
+        """The structured fields (:mod:`graceful.core.logfields`) of a log line about ``event``, now."""
+        t0 = self.shutdown_initiated.fired_at
+        return log_fields(event, since_shutdown=None if t0 is None else self.clock.now() - t0)
+
+    def hook_results(self) -> list[HookResult]:
+        """Every hook and task result recorded so far in this process: post-start, pre-shutdown, cleanup."""
+        batches = (self._post_start_batch, self._pre_batch, self._cleanup_batch)
+        return [result for batch in batches if batch is not None for result in batch.results()]
+
+    @property
+    def samples(self) -> list[Sample]:
+        """The shutdown's samples so far (none before ShutdownInitiated, nor in a process serving no requests)."""
+        return [] if self._sampler is None else self._sampler.samples
+
+    @property
+    def samples_truncated(self) -> bool:
+        """True when the sampler stopped at its bound before CleanupFinished."""
+        return self._sampler is not None and self._sampler.truncated
+
     def _signal_fired(self, signal: LifecycleSignal) -> None:
         """Each signal's ``on_fire``, on the firing thread: requests check again, log the line, tell subscribers."""
         # After fired_at, never before: see refresh_unhindered.
         self.unhindered = False
         t0 = self.shutdown_initiated.fired_at
         assert signal.fired_at is not None
+        if signal is self.shutdown_initiated:
+            self._observe_shutdown()
         if t0 is None:  # HasBeenReady, or a worker stopped by HUP, TTOU or recycling
-            logger.info("graceful: %s", signal.name)
+            logger.info("graceful: %s", signal.name, extra=log_fields("signal", signal=signal.name))
+        elif signal is self.shutdown_initiated:
+            logger.info("graceful: %s", signal.name, extra=log_fields("signal", signal=signal.name, since_shutdown=0.0))
         else:
-            logger.info("graceful: %s (%.3fs after ShutdownInitiated)", signal.name, signal.fired_at - t0)
+            since = signal.fired_at - t0
+            fields = log_fields("signal", signal=signal.name, since_shutdown=since)
+            logger.info("graceful: %s (%.3fs after ShutdownInitiated)", signal.name, since, extra=fields)
+        if signal is self.not_accepting_new_requests:
+            self._warn_late_traffic()
+        elif signal is self.cleanup_finished and self._sampler is not None:
+            self._sampler.stop()
         for listener in list(self._listeners):
             listener(signal.name, signal.fired_at)
+
+    def _observe_shutdown(self) -> None:
+        """ShutdownInitiated: count arrivals from now on, and sample (in a process that serves requests)."""
+        t0 = self.shutdown_initiated.fired_at
+        assert t0 is not None
+        self.stats.begin(t0, self.config.shutdown_delay)
+        if self.serves_requests and self._sampler is None:
+            limit = min(MAX_SAMPLES, math.ceil(self.config.grace_period / SAMPLE_INTERVAL) + 2)
+            # Weakly: a lifecycle dropped mid-shutdown (a test's) does not keep a sampler thread going.
+            sample = weakref.WeakMethod(self._sample)
+            self._sampler = Sampler(self.clock, lambda: _call_alive(sample), limit)
+            self._sampler.start()
+
+    def _sample(self) -> tuple[int, int, int]:
+        arrived, rejected = self.stats.totals()
+        return self.in_flight.count, arrived, rejected
+
+    def _warn_late_traffic(self) -> None:
+        """NotAcceptingNewRequests: warn once when requests still came in the last tenth of the delay."""
+        late = self.stats.late_traffic()
+        if late is None:
+            return
+        logger.warning(
+            "graceful: %d request(s) arrived in the last tenth of the %gs shutdown delay (from %.3fs after"
+            " ShutdownInitiated; the last at %.3fs): the delay looks too short for the load balancers to stop"
+            " sending here; raise GRACEFUL_SHUTDOWN_DELAY",
+            late.count,
+            late.shutdown_delay,
+            late.window_start,
+            late.last_arrival,
+            extra=self.log_fields("late_traffic"),
+        )
 
     # -- start-up and fork -------------------------------------------------------
 
@@ -436,6 +546,12 @@ class Lifecycle(Registrations):
         self._pre_batch = self._cleanup_batch = self._post_start_batch = None
         self._tail_done = threading.Event()
         self.report = ShutdownReport()
+        # The child counts and samples its own requests (a Gunicorn master's serve none).
+        self.stats = RequestStats(self.clock)
+        self.serves_requests = True
+        self._sampler = None
+        if self.shutdown_initiated.fired_at is not None:  # forked during the shutdown delay
+            self._observe_shutdown()
 
     def renew_after_patch(self) -> None:
         """Renew every lock and event made before ``threading`` was monkey-patched (gevent).
@@ -455,6 +571,14 @@ class Lifecycle(Registrations):
         if self._tail_done.is_set():
             done.set()
         self._tail_done = done
+        # The statistics keep their OS locks: each guards a few lines that never yield to the hub,
+        # so no greenlet waits on one while another holds it.
+
+
+def _call_alive(method: weakref.WeakMethod[Callable[[], tuple[int, int, int]]]) -> tuple[int, int, int] | None:
+    """Call a weakly held method, or return None once its object is gone."""
+    alive = method()
+    return None if alive is None else alive()
 
 
 class ServerAdapter(Protocol):

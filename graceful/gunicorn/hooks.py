@@ -33,6 +33,7 @@ from graceful.gunicorn.health import start_worker_health
 from graceful.gunicorn.master import MasterShutdown
 from graceful.gunicorn.worker import WorkerShutdown
 from graceful.gunicorn.worker_classes import refuse_unsupported
+from graceful.process.termination import report_file_problem
 
 __all__ = [
     "graceful_timeout",
@@ -76,6 +77,7 @@ def _check_settings(server: Any) -> None:
         lifecycle.budget(), longest_pre_shutdown_hook=lifecycle.longest_pre_shutdown_timeout()
     )
     problem = problem or registered.graceful_timeout_overrun(chosen, config.grace_period)
+    problem = problem or report_file_problem(config.report_file)
     if problem is not None:
         raise RuntimeError(problem)
 

@@ -24,6 +24,12 @@ A TERM while a USR2 peer serves the same sockets (:mod:`graceful.gunicorn.upgrad
 is a process stop: this master's workers stop at once (stop accepting, drain,
 clean up) and it exits; no pre-shutdown hook, no delay, no readiness change,
 no systemd STOPPING=1. The last master standing runs the timeline.
+
+In ``on_exit`` (:meth:`MasterShutdown.finish`, main thread) the master merges
+its own part of the shutdown record with the parts its workers left
+(:class:`~graceful.gunicorn.shared.PartsDirectory`) and leaves the server's
+record: the log line, ``GRACEFUL_REPORT_FILE``, the termination message
+(:mod:`graceful.process.termination`).
 """
 
 from __future__ import annotations
@@ -42,12 +48,14 @@ from gunicorn import systemd
 
 from graceful.core.budget import seconds_left
 from graceful.core.lifecycle import Lifecycle
+from graceful.core.record import ROLE_MASTER, part_of, record_of
 from graceful.gunicorn.health import MasterHealth
 from graceful.gunicorn.shared import SharedState
 from graceful.gunicorn.stop_reason import StopReason
 from graceful.gunicorn.upgrade import Peer, live_peer
 from graceful.process.exit import exit_process
 from graceful.process.sockets import close_after_queue_drains
+from graceful.process.termination import leave_record
 from graceful.process.trap import SignalTrap
 
 __all__ = ["MasterShutdown"]
@@ -85,6 +93,10 @@ class MasterShutdown:
         lifecycle.subscribe(self.on_signal)
         #: The health port (GRACEFUL_HEALTH_BIND), bound already; None when it is off.
         self.health = MasterHealth.create(server, lifecycle)
+        # The master serves no requests: its workers count and sample their own.
+        lifecycle.serves_requests = False
+        lifecycle.server = "gunicorn"
+        lifecycle.worker_class = worker_class_name(server.cfg)
 
     # -- main thread ------------------------------------------------------------
 
@@ -270,14 +282,36 @@ class MasterShutdown:
         systemd.sd_notify(f"STATUS=graceful: {name}", self.server.log)
 
     def finish(self) -> None:
-        """``on_exit`` (main thread): every worker has drained and cleaned up."""
-        if self.phase is _Phase.SERVING:
+        """``on_exit`` (main thread): every worker has drained and cleaned up; leave the shutdown record."""
+        if self.phase is _Phase.SERVING:  # a quick stop (INT, QUIT): no graceful shutdown to record
+            self.shared.parts.remove()
             return
-        if self.peer is not None:
+        if self.peer is not None:  # a process stop: the server's shutdown is the last master's to record
+            self.shared.parts.remove()
             logger.info("graceful: master %d stopped; pid %d serves", os.getpid(), self.peer.pid)
             return
         self.lifecycle.in_flight_requests_drained.fire()
         self.lifecycle.cleanup_finished.fire()
+        self._leave_record()
         if self.lifecycle.hung_hooks:
             # Interpreter exit would join the hung hook's thread forever.
             self.lifecycle.exit(0)
+
+    def _leave_record(self) -> None:
+        """Merge the master's part with the workers' and leave the server's record; never raises."""
+        from graceful import __version__
+
+        try:
+            own = part_of(self.lifecycle, os.getpid(), ROLE_MASTER)
+            record = record_of(self.lifecycle, [own, *self.shared.parts.read_all()], __version__)
+            leave_record(record, self.lifecycle.config)
+        except Exception:  # logged: the record must never change how the server exits
+            logger.exception("graceful: could not build the shutdown record")
+        finally:
+            self.shared.parts.remove()
+
+
+def worker_class_name(cfg: Any) -> str:
+    """Gunicorn's worker class as configured: ``sync``, ``gthread``, ``gevent``, or a dotted path."""
+    name = getattr(cfg, "worker_class_str", None)
+    return name if isinstance(name, str) else ""

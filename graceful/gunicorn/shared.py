@@ -21,6 +21,11 @@ their pid: a worker has drained (send_retry_after mode, where the master keeps
 the listeners open until every worker is done), or has closed its own
 listeners or stopped accepting on them (reuse_port, shared listeners).
 
+Each worker's part of the shutdown record (:mod:`graceful.core.record`) goes
+through :class:`PartsDirectory`: a private temporary directory the master
+creates before the first fork; a worker writes its part there (atomically)
+as it exits, the master reads them all in ``on_exit`` and removes it.
+
 Fork safety: the master fires broadcasts from its shutdown thread while its
 main thread may be forking a worker. ``os.register_at_fork`` holds a lock
 across each fork and closes the inherited write ends in the child, so a child
@@ -29,16 +34,27 @@ can never keep a broadcast from firing.
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import select
+import shutil
 import struct
+import tempfile
 import threading
 import time
 from collections.abc import Callable
 
+from graceful.core.record import ProcessPart, RecordError
 from graceful.gunicorn.stop_reason import StopReasonSlot
+from graceful.process.termination import write_json_atomically
 
-__all__ = ["Broadcast", "DrainReports", "SharedState"]
+__all__ = ["Broadcast", "DrainReports", "PartsDirectory", "SharedState"]
+
+logger = logging.getLogger(__name__)
+
+#: A worker's part is small (its samples are bounded); anything bigger is not one.
+_MAX_PART_BYTES = 32 << 20
 
 _PID = struct.Struct("i")
 
@@ -106,6 +122,47 @@ class DrainReports:
                 self._reported.update(pid for (pid,) in _PID.iter_unpack(data[:usable]))
 
 
+class PartsDirectory:
+    """Where workers leave their part of the shutdown record for the master (a private temporary directory)."""
+
+    def __init__(self) -> None:
+        self.path = tempfile.mkdtemp(prefix="graceful-parts-")
+
+    def write(self, pid: int, part: ProcessPart) -> None:
+        """In a worker (main thread, ``worker_exit``): leave this worker's part; a failure is logged."""
+        try:
+            write_json_atomically(os.path.join(self.path, f"worker-{pid}.json"), part.to_json())
+        except (OSError, ValueError, TypeError) as exc:
+            logger.warning("graceful: worker %d could not leave its part of the shutdown record: %s", pid, exc)
+
+    def read_all(self) -> list[ProcessPart]:
+        """In the master (``on_exit``): every part the workers left, by pid; unreadable ones are logged and skipped."""
+        parts: list[ProcessPart] = []
+        try:
+            names = sorted(os.listdir(self.path))
+        except OSError as exc:
+            logger.warning("graceful: cannot read the workers' parts of the shutdown record: %s", exc)
+            return parts
+        for name in names:
+            if not (name.startswith("worker-") and name.endswith(".json")):
+                continue
+            path = os.path.join(self.path, name)
+            try:
+                with open(path, encoding="utf-8") as stream:
+                    text = stream.read(_MAX_PART_BYTES + 1)
+                if len(text) > _MAX_PART_BYTES:
+                    raise RecordError(f"{name}: larger than {_MAX_PART_BYTES} bytes")
+                parts.append(ProcessPart.read(json.loads(text), name))
+            except (OSError, ValueError) as exc:  # RecordError and JSONDecodeError are ValueErrors
+                logger.warning("graceful: skipping a worker's part of the shutdown record: %s", exc)
+        parts.sort(key=lambda part: part.pid)
+        return parts
+
+    def remove(self) -> None:
+        """In the master: remove the directory and what is left in it."""
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
 class SharedState:
     """Everything the master shares with its workers; create it before the first fork."""
 
@@ -122,6 +179,8 @@ class SharedState:
         self.listeners_closed = DrainReports()
         #: Why the master stops the workers it stops next (reload, scale-in, upgrade).
         self.stop_reason = StopReasonSlot()
+        #: Where each worker leaves its part of the shutdown record.
+        self.parts = PartsDirectory()
         os.register_at_fork(
             before=self._fork_lock.acquire,
             after_in_parent=self._fork_lock.release,

@@ -18,15 +18,18 @@ from the master with a copy of ``graceful.default_lifecycle``:
 * ``worker_abort`` (inside the SIGABRT handler, the worker's timeout): noted;
 * ``worker_exit`` (worker main thread, after Gunicorn stopped accepting, on
   every exit): wait for the in-flight requests (bounded by drain_timeout),
-  run the cleanup tasks, exit. The server's shutdown logs the lifecycle's
-  signals; a process stop (recycled, HUP, TTOU, upgrade, timeout) logs
-  the worker's own lines. It also runs in the master when Gunicorn finds a
-  worker already gone; that call is ignored.
+  run the cleanup tasks, leave this worker's part of the shutdown record for
+  the master (in a server shutdown; a process stop only logs it, at DEBUG),
+  exit. The server's shutdown logs the lifecycle's signals; a process stop
+  (recycled, HUP, TTOU, upgrade, timeout) logs the worker's own lines. It
+  also runs in the master when Gunicorn finds a worker already gone; that
+  call is ignored.
 """
 
 from __future__ import annotations
 
 import errno
+import json
 import logging
 import math
 import os
@@ -38,6 +41,7 @@ from typing import Any
 
 from graceful.core.budget import graceful_timeout_problem
 from graceful.core.lifecycle import Lifecycle, NullAdapter, SignalListener
+from graceful.core.record import ROLE_WORKER, part_of
 from graceful.core.registry import PRE_SHUTDOWN_HOOK
 from graceful.gunicorn import gevent_worker
 from graceful.gunicorn.process_stop import ProcessStop
@@ -158,7 +162,7 @@ class WorkerShutdown:
                 pending.pop(0)
         if lifecycle.config.send_retry_after:
             # The master keeps the listeners open until every worker says it drained.
-            lifecycle.in_flight.wait(lifecycle.config.drain_timeout)
+            lifecycle.drain_in_flight(lifecycle.config.drain_timeout)
             self.shared.drained.report(self.pid)
         # The master says so when it cannot stop the listening itself (reuse_port, or listeners
         # shared with another master); otherwise it never does, and this daemon thread waits on.
@@ -193,6 +197,7 @@ class WorkerShutdown:
             lifecycle.stop_process(0.0)
         else:
             self._drain_and_clean_up()
+        self._leave_part()
         if not lifecycle.report.ok:
             logger.warning("graceful: worker %d cleanup: %s", self.pid, lifecycle.report.summary())
         if lifecycle.hung_hooks or lifecycle.in_flight.count or self.kind == "gevent":
@@ -225,6 +230,21 @@ class WorkerShutdown:
         lifecycle.stop_process(remaining, on_drained=drained)
         assert stop.reason is not None  # not the server's stop
         logger.info("graceful: worker %d stopped (%s)", self.pid, stop.reason.value)
+
+    def _leave_part(self) -> None:
+        """This worker's part of the shutdown record: for the master in a server shutdown, else a DEBUG line."""
+        lifecycle = self.lifecycle
+        try:
+            part = part_of(lifecycle, self.pid, ROLE_WORKER)
+        except ValueError:  # never began a shutdown nor drained: nothing to say
+            return
+        except Exception:  # logged: the record must never change how the worker exits
+            logger.exception("graceful: worker %d could not build its part of the shutdown record", self.pid)
+            return
+        if lifecycle.shutdown_initiated.is_set():
+            self.shared.parts.write(self.pid, part)
+        elif logger.isEnabledFor(logging.DEBUG):
+            logger.debug("graceful: worker %d stopped on its own: %s", self.pid, json.dumps(part.to_json()))
 
 
 def _exit_status() -> int:

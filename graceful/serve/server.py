@@ -14,7 +14,8 @@ shutdown timeline itself::
                 new requests get 429 until drained, then stop the same way
     drain       wait for the in-flight requests (the middleware's wait group:
                 request threads are daemons, nothing else waits for them)
-    cleanup     cleanup tasks, then exit 0; a second signal exits 1 at once
+    cleanup     cleanup tasks; the shutdown record (graceful.process.termination),
+                then exit 0; a second signal exits 1 at once
 
 Threads, and what runs on each:
 
@@ -66,9 +67,11 @@ from werkzeug.serving import BaseWSGIServer
 
 from graceful.core.config import ConfigError
 from graceful.core.lifecycle import Lifecycle
+from graceful.core.record import ROLE_SERVER, part_of, record_of
 from graceful.healthport.address import HealthAddress, parse_address
 from graceful.healthport.local import LocalHealth
 from graceful.process.sockets import close_after_queue_drains
+from graceful.process.termination import leave_record
 from graceful.process.trap import SignalTrap
 from graceful.serve.connection import IO_TIMEOUT, Connection, RequestHandler
 from graceful.serve.loading import AppImportError, load_app, wrap_app
@@ -513,6 +516,7 @@ def serve(
     address = _health_address(health_bind, lifecycle)
     server = GracefulServer(host, port, app, lifecycle, threads=threads, keep_alive=keep_alive, access_log=access_log)
     lifecycle.adapter = server
+    lifecycle.server, lifecycle.worker_class = "graceful serve", "threads"
     health = None
     if address is not None:
         middleware = find_middleware(app, lifecycle)
@@ -537,6 +541,8 @@ def serve(
         )
         lifecycle.run_post_start_hooks()
         status = _wait_for_cleanup(server, lifecycle)
+        if lifecycle.cleanup_finished.is_set():
+            _leave_record(lifecycle)
         server.close()
         return status
     finally:
@@ -574,6 +580,17 @@ def _wait_for_cleanup(server: GracefulServer, lifecycle: Lifecycle) -> int:
             return 1
     announced.wait(_EXIT_GRACE)
     return 1 if server.failed else 0
+
+
+def _leave_record(lifecycle: Lifecycle) -> None:
+    """Main thread, after CleanupFinished: this one process's record (log line, report file, termination log)."""
+    from graceful import __version__
+
+    try:
+        record = record_of(lifecycle, [part_of(lifecycle, os.getpid(), ROLE_SERVER)], __version__)
+        leave_record(record, lifecycle.config)
+    except Exception:  # logged: the record must never change how the server exits
+        logger.exception("graceful: could not build the shutdown record")
 
 
 def _display_host(host: str) -> str:

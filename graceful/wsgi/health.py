@@ -31,6 +31,9 @@ probe's answer is logged when the set of checks failing it changes
 (:class:`FailureLog`): a ``/readyz`` failing every second through the whole
 shutdown delay is one line, the expected answer, not news.
 
+Each probe's results (excluded checks aside) are counted in the lifecycle's
+statistics (``lifecycle.stats.checked``), which the metrics report.
+
 Everything here is independent of WSGI: :class:`HealthChecks.respond` takes
 an endpoint, an optional check name and a query string and returns a status
 and a body; :mod:`graceful.wsgi.probes` routes HTTP to it. The health port
@@ -457,7 +460,10 @@ def respond_with(
 def _conclude(
     lifecycle: Lifecycle, report: HealthReport, check: str | None, query: HealthQuery, failures: FailureLog
 ) -> HealthResponse:
-    """The answer to a report: HasBeenReady on a full pass, the failure log, the status and body."""
+    """The answer to a report: HasBeenReady on a full pass, the failure log, the statistics, the status and body."""
+    # For graceful_healthcheck{name,type} and graceful_healthchecks_total (graceful.metrics):
+    # the probes this process answered, on the app port or the health port.
+    lifecycle.stats.checked(report.endpoint, [(r.name, r.ok) for r in report.results if not r.excluded])
     if report.ok and report.endpoint == READYZ and check is None and not query.exclude:
         has_been_ready = lifecycle.has_been_ready
         if not has_been_ready.is_set():

@@ -12,6 +12,9 @@ What happens to one request, in order::
 
     /livez /readyz /healthz          answered here (graceful.wsgi.health), GET and HEAD
     /<endpoint>/<check>              only; never rejected, counted or delayed
+    /metrics                         the same, only with config.metrics_on_app_port
+                                     (graceful.metrics; 404 without prometheus_client)
+    after ShutdownInitiated          counted as an arrival (graceful.core.stats), then:
     NotAcceptingNewRequests and      429, Retry-After: config.retry_after
       config.send_retry_after
     long_running(environ) is true    straight to the app: not counted, no limit
@@ -23,7 +26,10 @@ What happens to one request, in order::
                                      it ends), admission slot held as long
 
 Before ``ShutdownInitiated`` and during the shutdown delay every request is
-served normally. The middleware never sets hop-by-hop headers (PEP 3333
+served normally. Each refusal is counted by its reason (``lifecycle.stats``),
+and so is each request that arrives after ShutdownInitiated (on the checked
+path, which every request takes from then on: nothing is counted on the hot
+path before a shutdown). The middleware never sets hop-by-hop headers (PEP 3333
 forbids them; ``Connection: close`` during shutdown is the server's job:
 Gunicorn's ``req.force_close()`` in ``pre_request``, the Werkzeug server's
 handler). Health paths are exact: ``/readyz/`` and ``/readyz/unknown`` are
@@ -77,7 +83,7 @@ A list response is copied into a list subclass, so ``len()`` still works
 (wsgiref sets ``Content-Length`` from it).
 
 Cost per request: a ``PATH_INFO`` lookup, two environ writes, one flag
-(``Lifecycle.unhindered``: NotAcceptingNewRequests has not fired and there
+(``Lifecycle.unhindered``: ShutdownInitiated has not fired and there
 is no ``max_in_flight``, so nothing else to check), a token appended to and
 popped from the wait group's deque (``SafeWaitGroup.enter``/``leave``), and
 one small object or two callbacks (``python bench/middleware.py`` measures
@@ -99,10 +105,11 @@ from typing import TYPE_CHECKING
 from graceful.core import default as _default
 from graceful.core.admission import AdmissionLimit
 from graceful.core.lifecycle import Lifecycle
+from graceful.core.stats import REASON_DRAINING, REASON_MAX_IN_FLIGHT, REASON_SHUTTING_DOWN
 from graceful.core.waitgroup import ClosesOnce, Release, WaitGroupClosed
 from graceful.wsgi.health import DEFAULT_CHECK_TIMEOUT, HealthChecks
 from graceful.wsgi.long_running import LongRunning, is_long_running, path_prefixes
-from graceful.wsgi.probes import CHECK_PREFIXES, ROOT_PATHS, answer_probe
+from graceful.wsgi.probes import CHECK_PREFIXES, METRICS_PATH, ROOT_PATHS, answer_probe
 from graceful.wsgi.replies import SHUTTING_DOWN, TOO_MANY, reply
 
 if TYPE_CHECKING:
@@ -126,6 +133,9 @@ SHUTTING_DOWN_KEY = "graceful.shutting_down"
 LIFECYCLE_KEY = "graceful.lifecycle"
 
 _UNSEEN = object()  # GracefulMiddleware._file_wrapper and _closing_iterator before the first response
+# GracefulMiddleware._special: why a request cannot take the plain path at once (None: it can).
+_PASS_THROUGH = "pass through"  # a GracefulMiddleware of the same lifecycle is inside
+_METRICS_ROUTE = "metrics route"  # config.metrics_on_app_port: /metrics is answered here
 
 
 def _werkzeug_closing_iterator() -> type | None:
@@ -236,8 +246,9 @@ class GracefulMiddleware:
     ``check_cache_ttl`` (seconds) bound and cache the health checks (see
     :class:`graceful.wsgi.health.HealthChecks`).
 
-    The lifecycle's config is read when a request needs it, never here, so a
-    config set after wrapping (``lifecycle.configure``) is the one in force.
+    The lifecycle's config is read when a request needs it, so a config set
+    after wrapping (``lifecycle.configure``) is the one in force; only
+    ``metrics_on_app_port`` is read here, when the routes are fixed.
     Thread-safe (under Gunicorn: a worker's request threads call it at once).
     Exceptions from the app propagate (its count ended); the middleware
     itself raises for no request, whatever its environ holds.
@@ -258,13 +269,20 @@ class GracefulMiddleware:
         self.health = HealthChecks(self.lifecycle, check_timeout=check_timeout, check_cache_ttl=check_cache_ttl)
         #: A middleware of the same lifecycle inside ``app``; when set, this one passes everything through.
         self.inner = find_middleware(app, self.lifecycle)
-        self._transparent = self.inner is not None
+        # Looked at by every request already (the pass-through test), so /metrics on the app port
+        # costs nothing when it is off: the health paths' "z" test stays as it is.
+        self._special: str | None = None
+        if self.inner is not None:
+            self._special = _PASS_THROUGH
+        elif self.lifecycle.config.metrics_on_app_port:
+            self._special = _METRICS_ROUTE
         # The server's wsgi.file_wrapper class, remembered from its first request (one server per
         # process). Were it to change, file wrappers would merely be wrapped, losing sendfile.
         self._file_wrapper: object = _UNSEEN
         # Werkzeug's ClosingIterator (see _werkzeug_closing_iterator), looked up at the same time.
         self._closing_iterator: object = _UNSEEN
         # Bound once: the hot path below reads only locals and these.
+        self._initiated = self.lifecycle.shutdown_initiated
         self._not_accepting = self.lifecycle.not_accepting_new_requests
         self._in_flight = in_flight = self.lifecycle.in_flight
         # The wait group's unchecked pair, one token per request: a bound C call each, where
@@ -278,9 +296,15 @@ class GracefulMiddleware:
 
     def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         lifecycle = self.lifecycle
-        # Another GracefulMiddleware of this lifecycle handles it: one inside, or one outside.
-        if self._transparent or (LIFECYCLE_KEY in environ and environ[LIFECYCLE_KEY] is lifecycle):
-            return self.app(environ, start_response)
+        if self._special or (LIFECYCLE_KEY in environ and environ[LIFECYCLE_KEY] is lifecycle):
+            # Another GracefulMiddleware of this lifecycle handles it: one inside, or one outside.
+            if self._special is not _METRICS_ROUTE or (
+                LIFECYCLE_KEY in environ and environ[LIFECYCLE_KEY] is lifecycle
+            ):
+                return self.app(environ, start_response)
+            # Or this one answers /metrics, on the app port; every other path goes on as usual.
+            if "PATH_INFO" in environ and environ["PATH_INFO"] == METRICS_PATH:
+                return answer_probe(self.health, environ, start_response, METRICS_PATH)
         environ[LIFECYCLE_KEY] = lifecycle
         environ[SHUTTING_DOWN_KEY] = self._not_accepting.event
         try:
@@ -303,6 +327,7 @@ class GracefulMiddleware:
         self._enter(None)
         if self._in_flight.waiting:
             self._leave()
+            lifecycle.stats.rejected(REASON_DRAINING)
             return reply(environ, start_response, 503, SHUTTING_DOWN, "1")
         try:
             result = self.app(environ, start_response)
@@ -331,14 +356,21 @@ class GracefulMiddleware:
         return response
 
     def _hindered(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes] | None:
-        """The checks a request skips while the lifecycle is unhindered: the answer, or None to count it."""
+        """The checks a request skips while the lifecycle is unhindered: the answer, or None to count it.
+
+        From ShutdownInitiated on every request comes here and is counted as an arrival.
+        """
         lifecycle = self.lifecycle
-        stopped = self._not_accepting.fired_at is not None
-        if stopped and lifecycle.config.send_retry_after:
-            return reply(environ, start_response, 429, SHUTTING_DOWN, str(lifecycle.config.retry_after))
+        shutting_down = self._initiated.fired_at is not None
+        if shutting_down:
+            stopped = self._not_accepting.fired_at is not None
+            lifecycle.stats.arrived(stopped)
+            if stopped and lifecycle.config.send_retry_after:
+                lifecycle.stats.rejected(REASON_SHUTTING_DOWN)
+                return reply(environ, start_response, 429, SHUTTING_DOWN, str(lifecycle.config.retry_after))
         admission = lifecycle.admission
         if not admission.limit:
-            if not stopped:  # nothing to check: let the next requests skip this
+            if not shutting_down:  # nothing to check: let the next requests skip this
                 lifecycle.refresh_unhindered()
             return None
         long_running = self.long_running
@@ -351,11 +383,13 @@ class GracefulMiddleware:
     ) -> Iterable[bytes]:
         """The counted path with ``max_in_flight`` on: a slot from admission to close()."""
         if not admission.try_acquire():
+            self.lifecycle.stats.rejected(REASON_MAX_IN_FLIGHT)
             return reply(environ, start_response, 429, TOO_MANY, "1")
         try:
             done = self._in_flight.add()
         except WaitGroupClosed:
             admission.release()
+            self.lifecycle.stats.rejected(REASON_DRAINING)
             return reply(environ, start_response, 503, SHUTTING_DOWN, "1")
         # End the count, then free the slot.
         release = Release(admission.release, before=done)

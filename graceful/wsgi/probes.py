@@ -1,10 +1,13 @@
 """The health paths over WSGI: which paths they are, and answering one with :class:`HealthChecks`.
 
 ``/livez``, ``/readyz``, ``/healthz`` and ``/<endpoint>/<check>``, exact
-paths, GET and HEAD only (405 with ``Allow`` otherwise). They are matched
-against ``PATH_INFO``, so an app mounted under a ``SCRIPT_NAME`` has them
-under that prefix. An unexpected error becomes a logged 500, never an
-exception. Runs on the request thread that answers the probe.
+paths, GET and HEAD only (405 with ``Allow`` otherwise); ``/metrics`` too
+when the operator puts the metrics on the app port
+(``GRACEFUL_METRICS_ON_APP_PORT``; :mod:`graceful.metrics`, 404 with one log
+line when prometheus_client is missing). They are matched against
+``PATH_INFO``, so an app mounted under a ``SCRIPT_NAME`` has them under that
+prefix. An unexpected error becomes a logged 500, never an exception. Runs on
+the request thread that answers the probe.
 """
 
 from __future__ import annotations
@@ -14,12 +17,12 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from graceful.wsgi.health import ENDPOINTS, HealthChecks, HealthResponse
-from graceful.wsgi.replies import NOT_ALLOWED, reply
+from graceful.wsgi.replies import NO_METRICS, NOT_ALLOWED, reply
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIEnvironment
 
-__all__ = ["CHECK_PREFIXES", "ROOT_PATHS", "answer_probe", "is_probe_path", "probe_target"]
+__all__ = ["CHECK_PREFIXES", "METRICS_PATH", "ROOT_PATHS", "answer_probe", "is_probe_path", "probe_target"]
 
 logger = logging.getLogger(__name__)
 
@@ -27,6 +30,10 @@ logger = logging.getLogger(__name__)
 ROOT_PATHS = {f"/{endpoint}": endpoint for endpoint in ENDPOINTS}
 #: ``/livez/``, ...: the per-check paths start so.
 CHECK_PREFIXES = tuple(f"/{endpoint}/" for endpoint in ENDPOINTS)
+#: The Prometheus metrics, on the app port only when the operator opts in.
+METRICS_PATH = "/metrics"
+_METRICS = "metrics"
+_WITH_METRICS = {**ROOT_PATHS, METRICS_PATH: _METRICS}
 
 
 def is_probe_path(path: str) -> bool:
@@ -53,9 +60,11 @@ def answer_probe(
 ) -> Iterable[bytes]:
     """Answer the health path ``path``; anything unexpected becomes a logged 500, never an exception."""
     try:
-        endpoint, check = probe_target(path)
+        endpoint, check = (_METRICS, None) if path == METRICS_PATH else probe_target(path)
         if environ.get("REQUEST_METHOD") not in ("GET", "HEAD"):
             return reply(environ, start_response, 405, NOT_ALLOWED, allow="GET, HEAD")
+        if endpoint == _METRICS:
+            return _answer_metrics(health, environ, start_response)
         query = environ.get("QUERY_STRING")
         response = health.respond(endpoint, check, query if isinstance(query, str) else "")
     except Exception:
@@ -63,3 +72,24 @@ def answer_probe(
         response = HealthResponse(500, "internal error\n")
     body = response.body.encode("utf-8", "replace")
     return reply(environ, start_response, response.status, body)
+
+
+def _answer_metrics(health: HealthChecks, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+    """``/metrics`` on the app port: this process's metrics in Prometheus' text format, or 404 without the library."""
+    from graceful.metrics import CONTENT_TYPE, MetricsUnavailable, render_metrics
+
+    try:
+        body = render_metrics(health.lifecycle)
+    except MetricsUnavailable as exc:
+        _log_missing_library_once(str(exc))
+        return reply(environ, start_response, 404, NO_METRICS)
+    return reply(environ, start_response, 200, body, content_type=CONTENT_TYPE)
+
+
+_missing_library_logged: list[None] = []
+
+
+def _log_missing_library_once(reason: str) -> None:
+    if not _missing_library_logged:
+        _missing_library_logged.append(None)
+        logger.warning("graceful: /metrics answers 404: %s", reason)

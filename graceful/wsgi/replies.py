@@ -1,11 +1,12 @@
-"""graceful's own plain-text answers: health probes, 429 and 503 refusals, 405.
+"""graceful's own answers: health probes, metrics, 429 and 503 refusals, 404, 405.
 
-Every one has ``text/plain; charset=utf-8``, ``X-Content-Type-Options:
-nosniff`` and ``Cache-Control: no-store``, a ``Content-Length``, and no body
-for HEAD. :func:`reply` runs on the request thread that answers (under
-Gunicorn: a worker's); the health port (:mod:`graceful.healthport.request`,
-on its own thread) writes the same status lines and headers from
-:data:`STATUS` and :func:`headers_for`, plus its 400 and 431 for bad input.
+Every one has ``text/plain; charset=utf-8`` (the metrics: Prometheus' text
+format), ``X-Content-Type-Options: nosniff`` and ``Cache-Control: no-store``,
+a ``Content-Length``, and no body for HEAD. :func:`reply` runs on the request
+thread that answers (under Gunicorn: a worker's); the health port
+(:mod:`graceful.healthport.request`, on its own thread) writes the same status
+lines and headers from :data:`STATUS` and :func:`headers_for`, plus its 400
+and 431 for bad input.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIEnvironment
 
-__all__ = ["NOT_ALLOWED", "SHUTTING_DOWN", "STATUS", "TOO_MANY", "headers_for", "reply"]
+__all__ = ["NOT_ALLOWED", "NO_METRICS", "SHUTTING_DOWN", "STATUS", "TEXT", "TOO_MANY", "headers_for", "reply"]
 
 STATUS = {
     200: "200 OK",
@@ -30,12 +31,17 @@ STATUS = {
 SHUTTING_DOWN = b"The server is shutting down, please try again later.\n"
 TOO_MANY = b"Too many requests, please try again later.\n"
 NOT_ALLOWED = b"Method not allowed: health endpoints answer GET and HEAD.\n"
+NO_METRICS = b"No metrics here: install prometheus_client (pip install 'graceful-wsgi[prometheus]').\n"
+#: The content type of every answer but the metrics.
+TEXT = "text/plain; charset=utf-8"
 
 
-def headers_for(body: bytes, retry_after: str | None = None, allow: str | None = None) -> list[tuple[str, str]]:
+def headers_for(
+    body: bytes, retry_after: str | None = None, allow: str | None = None, content_type: str = TEXT
+) -> list[tuple[str, str]]:
     """The headers of one of graceful's answers with this body."""
     headers = [
-        ("Content-Type", "text/plain; charset=utf-8"),
+        ("Content-Type", content_type),
         ("Content-Length", str(len(body))),
         ("X-Content-Type-Options", "nosniff"),
         ("Cache-Control", "no-store"),
@@ -54,7 +60,8 @@ def reply(
     body: bytes,
     retry_after: str | None = None,
     allow: str | None = None,
+    content_type: str = TEXT,
 ) -> list[bytes]:
-    """Start a plain-text response of graceful's own; no body for HEAD."""
-    start_response(STATUS[status], headers_for(body, retry_after, allow))
+    """Start a response of graceful's own (plain text unless told); no body for HEAD."""
+    start_response(STATUS[status], headers_for(body, retry_after, allow, content_type))
     return [] if environ.get("REQUEST_METHOD") == "HEAD" else [body]

@@ -181,3 +181,45 @@ class TestBudget:
         assert Config().replace(shutdown_delay=1).shutdown_delay == 1.0
         with pytest.raises(ConfigError):
             Config().replace(retry_after=-1)
+
+
+class TestObservabilitySettings:
+    def test_defaults(self) -> None:
+        """No record file, Kubernetes' termination log, no metrics on the app port."""
+        c = Config()
+        assert (c.report_file, c.termination_log, c.metrics_on_app_port) == ("", "/dev/termination-log", False)
+
+    def test_read_from_the_environment(self) -> None:
+        """GRACEFUL_REPORT_FILE, GRACEFUL_TERMINATION_LOG and GRACEFUL_METRICS_ON_APP_PORT are read."""
+        env = {
+            "GRACEFUL_REPORT_FILE": "/var/run/graceful/shutdown.json",
+            "GRACEFUL_TERMINATION_LOG": "",
+            "GRACEFUL_METRICS_ON_APP_PORT": "yes",
+        }
+        c = Config.load(env)
+        assert (c.report_file, c.termination_log, c.metrics_on_app_port) == (
+            "/var/run/graceful/shutdown.json",
+            "",
+            True,
+        )
+
+    @pytest.mark.parametrize("value", [" /tmp/x.json", "/tmp/x.json ", "/tmp/\0x"])
+    def test_a_bad_path_names_the_variable(self, value: str) -> None:
+        """A path with surrounding spaces or a NUL is refused, naming the variable and what is allowed."""
+        with pytest.raises(ConfigError) as caught:
+            Config.load({"GRACEFUL_REPORT_FILE": value})
+        assert str(caught.value) == (
+            f"GRACEFUL_REPORT_FILE={value!r} is not allowed:"
+            " expected a file path (no surrounding spaces, no NUL), or empty to turn it off"
+        )
+
+    def test_a_path_that_is_not_text_is_refused(self) -> None:
+        """A keyword value that is no path (a number) is refused."""
+        with pytest.raises(ConfigError, match="termination_log=3 is not allowed"):
+            Config(termination_log=3)  # type: ignore[arg-type]
+
+    def test_the_file_system_is_not_consulted(self) -> None:
+        """A report file in a directory missing here is still a valid setting (graceful check reads pods' settings)."""
+        assert (
+            Config.load({"GRACEFUL_REPORT_FILE": "/no/such/dir/record.json"}).report_file == "/no/such/dir/record.json"
+        )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import os
 import threading
 
 import pytest
@@ -143,6 +145,17 @@ class TestTimeline:
         assert recorder.time_of("InFlightRequestsDrained") - recorder.time_of("NotAcceptingNewRequests") == 10
         assert "abandoning 1 in-flight request(s)" in caplog.text
 
+    def test_drain_figures_count_what_it_waited_for_and_abandoned(self) -> None:
+        """The drain's statistics: two requests in flight at its start, one abandoned at drain_timeout."""
+        lc, _ = lifecycle(shutdown_delay=0, drain_timeout=10)
+        lc.in_flight.add()
+        lc.in_flight.add()()
+        lc.in_flight.add()
+        run_shutdown(lc)
+        drain = lc.stats.drain
+        assert drain is not None
+        assert (drain.in_flight, drain.abandoned) == (2, 2)
+
     def test_cleanup_tasks_run_after_the_drain(self) -> None:
         """Cleanup tasks start only after InFlightRequestsDrained."""
         lc, _ = lifecycle(shutdown_delay=0)
@@ -195,22 +208,30 @@ class TestUnhindered:
     """The one flag GracefulMiddleware reads to skip the shutdown and admission checks."""
 
     def test_set_when_there_is_nothing_to_check(self) -> None:
-        """Down at first; refresh_unhindered sets it while NotAcceptingNewRequests has not fired and no limit."""
+        """Down at first; refresh_unhindered sets it while ShutdownInitiated has not fired and no limit."""
         lc, _ = lifecycle()
         assert not lc.unhindered
         lc.refresh_unhindered()
         assert lc.unhindered
 
-    def test_cleared_by_every_signal_and_kept_down_after_not_accepting(self) -> None:
-        """A signal that fires clears it; after NotAcceptingNewRequests a refresh leaves it down."""
+    def test_cleared_by_every_signal(self) -> None:
+        """A signal that fires before the shutdown (HasBeenReady) clears it until the next refresh."""
+        lc, _ = lifecycle()
+        lc.refresh_unhindered()
+        lc.has_been_ready.fire()
+        assert not lc.unhindered
+        lc.refresh_unhindered()
+        assert lc.unhindered
+
+    def test_kept_down_from_shutdown_initiated(self) -> None:
+        """From ShutdownInitiated on a refresh leaves it down: every request is then checked and counted."""
         lc, _ = lifecycle()
         lc.refresh_unhindered()
         lc.initiate_shutdown()
         assert not lc.unhindered
         lc.refresh_unhindered()
-        assert lc.unhindered  # the shutdown delay: still nothing to check
+        assert not lc.unhindered  # the shutdown delay: requests are counted as arrivals
         lc.stop_accepting()
-        assert not lc.unhindered
         lc.refresh_unhindered()
         assert not lc.unhindered
 
@@ -228,10 +249,10 @@ class TestUnhindered:
     def test_a_signal_firing_during_a_refresh_takes_it_back(self) -> None:
         """A refresh that read its state just before a signal fired does not leave it up."""
         lc, _ = lifecycle()
-        signal = lc.not_accepting_new_requests
+        signal = lc.shutdown_initiated
 
         class FiresWhenRead:
-            """The admission limit, read by the refresh; NotAcceptingNewRequests fires as it is read."""
+            """The admission limit, read by the refresh; ShutdownInitiated fires as it is read."""
 
             @property
             def limit(self) -> int:
@@ -367,3 +388,139 @@ class TestBudget:
         lc.cleanup_task("slow", timeout=20)(lambda: None)
         with pytest.raises(ValueError, match="longest cleanup task 20s"):
             lc.check_budget()
+
+
+class TestObservation:
+    """What the lifecycle observes and logs: structured fields, samples, late traffic, hook results."""
+
+    def lines(self, caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+        return [r for r in caplog.records if r.name == "graceful.core.lifecycle" and r.graceful_event == "signal"]
+
+    def test_shutdown_initiated_is_logged_without_seconds_and_the_others_with(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """The ShutdownInitiated line is just its name; every later one says how long after it."""
+        caplog.set_level(logging.INFO, "graceful")
+        lc, _ = lifecycle(shutdown_delay=2)
+        run_shutdown(lc)
+        messages = [r.getMessage() for r in self.lines(caplog)]
+        assert messages[0] == "graceful: ShutdownInitiated"
+        assert "graceful: AfterShutdownDelayDuration (2.000s after ShutdownInitiated)" in messages
+        assert all(m.endswith("s after ShutdownInitiated)") for m in messages[1:])
+
+    def test_signal_lines_carry_structured_fields(self, caplog: pytest.LogCaptureFixture) -> None:
+        """Each signal line has its event, signal, seconds since ShutdownInitiated and pid as LogRecord attributes."""
+        caplog.set_level(logging.INFO, "graceful")
+        lc, _ = lifecycle(shutdown_delay=3)
+        _, recorder, _ = run_shutdown(lc)
+        t0 = recorder.time_of("ShutdownInitiated")
+        lines = self.lines(caplog)
+        assert [r.graceful_signal for r in lines] == recorder.names
+        for record in lines:
+            assert record.graceful_since_shutdown_s == round(recorder.time_of(record.graceful_signal) - t0, 6)
+            assert record.graceful_pid == os.getpid()
+
+    def test_a_signal_before_the_shutdown_has_no_seconds(self, caplog: pytest.LogCaptureFixture) -> None:
+        """HasBeenReady, before any shutdown, is logged with no seconds since ShutdownInitiated."""
+        caplog.set_level(logging.INFO, "graceful")
+        lc, _ = lifecycle()
+        lc.has_been_ready.fire()
+        (line,) = self.lines(caplog)
+        assert line.getMessage() == "graceful: HasBeenReady"
+        assert (line.graceful_signal, line.graceful_since_shutdown_s) == ("HasBeenReady", None)
+
+    def test_hook_and_drain_lines_carry_structured_fields(self, caplog: pytest.LogCaptureFixture) -> None:
+        """A hook's outcome line and the drain timeout's warning say their event and when they happened."""
+        caplog.set_level(logging.INFO, "graceful")
+        lc, _ = lifecycle(shutdown_delay=1, drain_timeout=4)
+        lc.pre_shutdown_hook("deregister")(lambda: None)
+        lc.in_flight.add()
+        run_shutdown(lc)
+        events = {r.getMessage(): r for r in caplog.records if hasattr(r, "graceful_event")}
+        hook = events["graceful: pre-shutdown hook 'deregister' ok after 0.000s"]
+        assert (hook.graceful_event, hook.graceful_since_shutdown_s) == ("hook", 1.0)
+        drain = events["graceful: drain timed out after 4s; abandoning 1 in-flight request(s)"]
+        assert (drain.graceful_event, drain.graceful_since_shutdown_s) == ("drain_timeout", 5.0)
+
+    def test_samples_span_the_shutdown(self) -> None:
+        """Samples start at ShutdownInitiated and end at CleanupFinished (the lifecycle's clock)."""
+        lc, _ = lifecycle(shutdown_delay=2)
+        _, recorder, _ = run_shutdown(lc)
+        samples = lc.samples
+        assert samples[0].at == recorder.time_of("ShutdownInitiated")
+        assert samples[-1].at == recorder.time_of("CleanupFinished")
+
+    def test_no_samples_in_a_process_serving_no_requests(self) -> None:
+        """A lifecycle that serves no requests (a Gunicorn master's) takes no samples."""
+        lc, _ = lifecycle(shutdown_delay=1)
+        lc.serves_requests = False
+        run_shutdown(lc)
+        assert lc.samples == []
+
+    def test_late_traffic_is_warned_about_at_not_accepting(self, caplog: pytest.LogCaptureFixture) -> None:
+        """Arrivals in the last tenth of the delay give one warning, with the figures, at NotAcceptingNewRequests."""
+        lc, _ = lifecycle(shutdown_delay=10, grace_period=40)
+        lc.initiate_shutdown()
+        clock = lc.clock
+        assert isinstance(clock, FakeClock)
+        clock.advance(9.5)
+        lc.stats.arrived(stopped=False)
+        lc.stats.arrived(stopped=False)
+        lc.stop_accepting()
+        warnings = [r for r in caplog.records if getattr(r, "graceful_event", None) == "late_traffic"]
+        assert [r.getMessage() for r in warnings] == [
+            "graceful: 2 request(s) arrived in the last tenth of the 10s shutdown delay (from 9.000s after"
+            " ShutdownInitiated; the last at 9.500s): the delay looks too short for the load balancers to stop"
+            " sending here; raise GRACEFUL_SHUTDOWN_DELAY"
+        ]
+        assert warnings[0].levelno == logging.WARNING
+
+    def test_no_late_traffic_warning_when_arrivals_stop_early(self, caplog: pytest.LogCaptureFixture) -> None:
+        """Arrivals that end before the last tenth of the delay give no warning."""
+        lc, _ = lifecycle(shutdown_delay=10, grace_period=40)
+        lc.initiate_shutdown()
+        clock = lc.clock
+        assert isinstance(clock, FakeClock)
+        clock.advance(8.9)
+        lc.stats.arrived(stopped=False)
+        clock.advance(1.1)
+        lc.stop_accepting()
+        assert not [r for r in caplog.records if getattr(r, "graceful_event", None) == "late_traffic"]
+        assert lc.stats.arrivals()["delay"] == 1
+
+    def test_hook_results_so_far(self) -> None:
+        """hook_results() lists the post-start, pre-shutdown and cleanup results recorded so far, with starts."""
+        lc, _ = lifecycle(shutdown_delay=0)
+        lc.post_start_hook("warm")(lambda: None)
+        lc.pre_shutdown_hook("p")(lambda: None)
+        lc.cleanup_task("c")(lambda: None)
+        lc.run_post_start_hooks()
+        run_shutdown(lc)
+        results = lc.hook_results()
+        assert [(r.kind, r.name) for r in results] == [
+            ("post-start hook", "warm"),
+            ("pre-shutdown hook", "p"),
+            ("cleanup task", "c"),
+        ]
+        assert all(r.started_at is not None for r in results)
+
+    def test_a_fork_copy_counts_its_own_requests(self) -> None:
+        """After reinit_after_fork the statistics start from zero and the process samples again."""
+        lc, _ = lifecycle(shutdown_delay=1)
+        lc.serves_requests = False
+        lc.stats.rejected("draining")
+        lc.reinit_after_fork()
+        assert lc.stats.rejections()["draining"] == 0
+        assert lc.serves_requests
+
+    def test_a_dropped_lifecycle_does_not_keep_its_sampler(self) -> None:
+        """A lifecycle dropped in the middle of its shutdown lets its sampler thread end."""
+        import gc
+
+        lc = Lifecycle(Config(shutdown_delay=1), clock=FakeClock())
+        lc.initiate_shutdown()
+        sampler = lc._sampler
+        assert sampler is not None
+        del lc
+        gc.collect()
+        assert sampler.join(10)

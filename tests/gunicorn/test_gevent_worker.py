@@ -49,4 +49,3 @@ class TestPrepare:
         result, output = check(processes, "stale")
         assert result["stopped"] is True and result["socket_open"] is False
         assert "Traceback" in output and "Errno 22" in output
-

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 import requests
 
+import graceful
 from tests.conftest import QUICK_HOOKS_ORDER, ROOT, Processes
 
 pytestmark = [pytest.mark.e2e, pytest.mark.gunicorn]
@@ -91,10 +93,12 @@ class Server:
     def master_signals(self) -> list[str]:
         """Lifecycle signal names the master logged, in order."""
         pid = self.proc.pid
+        # "graceful: ShutdownInitiated", then "graceful: <Signal> (0.123s after ShutdownInitiated)".
+        line_of_a_signal = r"graceful: ([A-Z]\w+)(?: \(\d+\.\d+s after ShutdownInitiated\))?$"
         return [
             m.group(1)
-            for line in self.matching(rf"\[{pid}\].*graceful: (\w+) \(")
-            if (m := re.search(r"graceful: (\w+) \(", line))
+            for line in self.matching(rf"\[{pid}\].*{line_of_a_signal}")
+            if (m := re.search(line_of_a_signal, line)) and m.group(1) != "HasBeenReady"
         ]
 
     def term(self) -> float:
@@ -370,6 +374,13 @@ class TestBadSetup:
         server = gunicorn("sync", env={"GRACEFUL_SHUTDOWN_DELAY": "soon"}, ready=False)
         assert server.exit_code(30) != 0
         server.wait_for(r"GRACEFUL_SHUTDOWN_DELAY='soon' is not allowed: expected a finite number of seconds >= 0")
+
+    def test_report_file_in_a_missing_directory_is_refused(self, gunicorn, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+        """GRACEFUL_REPORT_FILE in a directory that does not exist stops Gunicorn at start-up, naming it."""
+        missing = tmp_path / "gone" / "record.json"
+        server = gunicorn("sync", env={"GRACEFUL_REPORT_FILE": str(missing)}, ready=False)
+        assert server.exit_code(30) != 0
+        server.wait_for(re.escape(f"GRACEFUL_REPORT_FILE={str(missing)!r} is not allowed: its directory"))
 
     def test_graceful_timeout_too_short_is_refused(self, gunicorn) -> None:  # type: ignore[no-untyped-def]
         """A user graceful_timeout shorter than drain + cleanup is an error naming both."""
@@ -792,3 +803,225 @@ class TestUpgradeWithReusePort:
         outcomes = [outcome for _sent, _path, outcome in traffic.records]
         assert outcomes and set(outcomes) == {"200"}
         assert server.matching(rf"\[{old}\].*graceful: SIGTERM with a live new master")
+
+
+def _worker_pids(server: Server) -> list[int]:
+    return sorted({int(pid) for pid in re.findall(r"Booting worker with pid: (\d+)", "\n".join(server.lines))})
+
+
+class TestShutdownRecord:
+    def test_record_and_termination_message_match_the_traffic(self, gunicorn, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+        """Two gthread workers, retry-after mode: the record and the message count what the test sent.
+
+        After ShutdownInitiated: five quick requests and a slow one (in flight
+        at NotAcceptingNewRequests); after it, four refused with 429. A hook
+        times out; the cleanup task runs in each worker.
+        """
+        report, message = tmp_path / "record.json", tmp_path / "termination-log"
+        message.write_text("")
+        env = {
+            "GRACEFUL_SEND_RETRY_AFTER": "true",
+            "GRACEFUL_SHUTDOWN_DELAY": "2",
+            "GRACEFUL_REPORT_FILE": str(report),
+            "GRACEFUL_TERMINATION_LOG": str(message),
+            "GT_HUNG_HOOK": "1",
+        }
+        server = gunicorn("gthread", env=env, config=str(LIVE / "gunicorn_conf.py"))
+        for _ in range(3):  # before the shutdown: not counted
+            assert get(server, "/").status_code == 200
+        with ThreadPoolExecutor(1) as pool:
+            server.term()
+            server.wait_for(r"graceful: ShutdownInitiated")
+            time.sleep(0.5)  # the workers see the broadcast
+            assert [get(server, "/").status_code for _ in range(5)] == [200] * 5
+            slow = pool.submit(get, server, "/slow?ms=2500")
+            server.wait_for(r"graceful: NotAcceptingNewRequests")
+            time.sleep(0.5)
+            refused = [get(server, "/") for _ in range(4)]
+            assert [r.status_code for r in refused] == [429] * 4
+            assert slow.result().status_code == 200
+        assert server.exit_code() == 0
+        record = json.loads(report.read_text())
+        master, workers = server.proc.pid, _worker_pids(server)
+        assert (record["server"], record["worker_class"], record["pid"]) == ("gunicorn", "gthread", master)
+        assert [(p["role"], p["pid"]) for p in record["parts"]] == [("master", master)] + [
+            ("worker", pid) for pid in workers
+        ]
+        requests_ = record["requests"]
+        assert requests_["arrived"] == {"delay": 6, "draining": 4}
+        assert requests_["rejected"] == {"shutting_down": 4, "draining": 0, "max_in_flight": 0}
+        assert (requests_["drained"], requests_["abandoned"]) == (1, 0)
+        assert requests_["last_arrival_s"] > record["signals"]["NotAcceptingNewRequests"]
+        hooks = sorted((h["kind"], h["name"], h["pid"], h["outcome"]) for h in record["hooks"])
+        assert hooks == sorted(
+            [
+                ("pre-shutdown hook", "deregister", master, "ok"),
+                ("pre-shutdown hook", "hung", master, "timed out"),
+                *(("cleanup task", "flush", pid, "ok") for pid in workers),
+            ]
+        )
+        signals = record["signals"]
+        assert signals["ShutdownInitiated"] == 0.0
+        assert list(signals) == [
+            "ShutdownInitiated",
+            "AfterShutdownDelayDuration",
+            "PreShutdownHooksStopped",
+            "NotAcceptingNewRequests",
+            "InFlightRequestsDrained",
+            "HTTPServerStoppedListening",
+            "CleanupFinished",
+        ]
+        assert record["duration_s"] == signals["CleanupFinished"]
+        samples = record["samples"]
+        assert samples["t_s"][0] < 0.1 and samples["t_s"][-1] > signals["NotAcceptingNewRequests"]
+        assert max(samples["in_flight"]) >= 1 and samples["arrived"][-1] == 10 and samples["rejected"][-1] == 4
+        text = message.read_text()
+        assert text.startswith("graceful: shutdown with problems in ")
+        assert "2 pre-shutdown hooks: 1 ok, 1 timed out (hung)" in text
+        assert "drained 1 request in " in text and ", 0 abandoned" in text
+        assert "2 cleanup tasks ok in 2 workers" in text
+        assert "6 requests arrived during the delay" in text and "4 after it" in text
+        assert "rejected: 4 shutting_down" in text
+        assert server.matching(re.escape(text))  # the same paragraph is the master's last log line
+
+    @pytest.mark.parametrize("kind", ["missing", "read-only"])
+    def test_an_unusable_termination_log_is_logged_and_the_exit_is_0(  # type: ignore[no-untyped-def]
+        self, gunicorn, tmp_path: Path, kind: str
+    ) -> None:
+        """A termination log that is missing or cannot be written: one warning from the master, exit 0."""
+        path = str(tmp_path / "missing") if kind == "missing" else _read_only_file(tmp_path)
+        server = gunicorn("sync", env={"GRACEFUL_SHUTDOWN_DELAY": "0.5", "GRACEFUL_TERMINATION_LOG": path})
+        server.term()
+        assert server.exit_code() == 0
+        expected = "no termination log at" if kind == "missing" else "not writable"
+        assert len(server.matching(rf"\[{server.proc.pid}\] \[WARNING\] graceful: .*{expected}")) == 1
+        assert server.matching(r"graceful: clean shutdown in ")
+
+    def test_a_recycled_worker_leaves_no_record(self, gunicorn, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+        """A worker recycled by max_requests writes nothing; the server's shutdown later writes one record."""
+        report = tmp_path / "record.json"
+        server = gunicorn("sync", env={"GRACEFUL_REPORT_FILE": str(report)}, args=("--max-requests", "5"))
+        for _ in range(30):
+            assert get(server, "/").status_code == 200
+        server.wait_for(r"^cleanup \d+$")
+        assert not report.exists()
+        server.term()
+        assert server.exit_code() == 0
+        record = json.loads(report.read_text())
+        assert [p["role"] for p in record["parts"]] == ["master", "worker", "worker"]
+        assert list(tmp_path.iterdir()) == [report]
+
+
+def _read_only_file(tmp_path: Path) -> str:
+    """A file that exists and that this process cannot write (see tests/process/test_termination.py)."""
+    from tests.process.test_termination import read_only_file
+
+    return read_only_file(tmp_path)
+
+
+def _metrics(server: Server) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """One scrape of the app-port /metrics on a fresh connection, parsed."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    response = requests.get(server.url + "/metrics", timeout=10)
+    assert response.status_code == 200, response.text
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(response.text)
+        for sample in family.samples
+    }
+
+
+class TestMetricsOfTwoWorkers:
+    def test_app_port_metrics_of_each_worker_add_up_to_the_traffic(self, gunicorn) -> None:  # type: ignore[no-untyped-def]
+        """Two gthread workers with max_in_flight 1 and a failing readiness check; /metrics on the app port.
+
+        Each worker's metrics (told apart by its worker-<pid> check) are scraped
+        during the shutdown delay; summed, they count exactly the probes, the
+        429s and the requests during the delay that the test saw. (Until the
+        health port exists, each worker answers its own /metrics.)
+        """
+        env = {
+            "GRACEFUL_MAX_IN_FLIGHT": "1",
+            "GRACEFUL_SHUTDOWN_DELAY": "4",
+            "GRACEFUL_METRICS_ON_APP_PORT": "1",
+            "GT_FAILING_CHECK": "1",
+            "GT_WORKER_CHECK": "1",
+        }
+        server = gunicorn("gthread", env=env, ready=False)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(server.matching(r"Booting worker with pid")) < 2:
+            time.sleep(0.1)
+        workers = _worker_pids(server)
+        assert len(workers) == 2
+        # Probes on fresh connections until each worker answered one (bounded); the failing check fails them all.
+        probes = dict.fromkeys(workers, 0)
+        for _ in range(200):
+            if all(probes.values()):
+                break
+            try:
+                answer = requests.get(server.url + "/readyz?verbose", timeout=5)
+            except requests.ConnectionError:  # still booting
+                time.sleep(0.1)
+                continue
+            assert answer.status_code == 503
+            (pid,) = (pid for pid in workers if f"[+]worker-{pid} ok" in answer.text)
+            probes[pid] += 1
+        assert all(probes.values()), probes
+        # Eight slow requests at once: each worker admits one at a time, the rest get 429.
+        with ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(lambda _: get(server, "/slow?ms=600").status_code, range(8)))
+        assert sorted(set(answers)) == [200, 429], answers
+        server.term()
+        server.wait_for(r"graceful: ShutdownInitiated")
+        time.sleep(0.5)  # the workers see the broadcast
+        during = [get(server, "/").status_code for _ in range(6)]
+        assert during == [200] * 6
+        scraped: dict[int, dict[tuple[str, tuple[tuple[str, str], ...]], float]] = {}
+        for _ in range(100):
+            if len(scraped) == 2:
+                break
+            samples = _metrics(server)
+            (pid,) = (
+                pid
+                for pid in workers
+                if ("graceful_healthcheck", (("name", f"worker-{pid}"), ("type", "readyz"))) in samples
+            )
+            scraped[pid] = samples
+        assert sorted(scraped) == workers
+        assert server.exit_code() == 0
+
+        def total(name: str, **labels: str) -> float:
+            key = (name, tuple(sorted(labels.items())))
+            return sum(samples.get(key, 0.0) for samples in scraped.values())
+
+        assert total("graceful_requests_rejected_total", reason="max_in_flight") == answers.count(429)
+        assert total("graceful_requests_rejected_total", reason="shutting_down") == 0
+        assert total("graceful_requests_rejected_total", reason="draining") == 0
+        assert total("graceful_requests_during_shutdown_total", phase="delay") == 6
+        assert total("graceful_requests_during_shutdown_total", phase="draining") == 0
+        assert total("graceful_requests_in_flight") == 0
+        assert total("graceful_drain_abandoned_requests_total") == 0
+        for pid, samples in scraped.items():
+            counts = probes[pid]
+            key = (("name", "db"), ("type", "readyz"))
+            assert samples[("graceful_healthcheck", key)] == 0
+            assert (
+                samples[("graceful_healthchecks_total", (("name", "db"), ("status", "error"), ("type", "readyz")))]
+                == counts
+            )
+            assert (
+                samples[("graceful_healthchecks_total", (("name", "ping"), ("status", "success"), ("type", "readyz")))]
+                == counts
+            )
+            assert (
+                samples[
+                    (
+                        "graceful_info",
+                        (("server", "gunicorn"), ("version", graceful.__version__), ("worker_class", "gthread")),
+                    )
+                ]
+                == 1
+            )
+            assert ("graceful_lifecycle_signal_timestamp_seconds", (("signal", "ShutdownInitiated"),)) in samples
+            assert ("graceful_lifecycle_signal_timestamp_seconds", (("signal", "HasBeenReady"),)) not in samples

@@ -4,6 +4,9 @@
 /slow?ms=N   sleeps N ms, then a body of N bytes
 /stream      5 chunks, 200 ms apart
 Each worker prints "cleanup <pid>" when its cleanup task runs.
+GT_FAILING_CHECK=1: a readiness check "db" that fails. GT_WORKER_CHECK=1: a
+passing readiness check "worker-<pid>" in each worker, which names the worker
+that answered a probe (and its metrics).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ def say(line: str) -> None:
     """Print one line with a single write: workers share this stdout."""
     os.write(1, (line + "\n").encode())
 
+
 if os.environ.get("GT_APP_PRE_SHUTDOWN_HOOK"):
     # Wrong place without preload_app: only workers import this module.
     @graceful.pre_shutdown_hook("in-app")
@@ -31,6 +35,14 @@ if os.environ.get("GT_APP_PRE_SHUTDOWN_HOOK"):
 if os.environ.get("GT_LONG_CLEANUP"):
     # Longer than GRACEFUL_GRACE_PERIOD allows: the worker must refuse to boot.
     graceful.cleanup_task("slow-flush", timeout=25)(lambda: None)
+
+
+if os.environ.get("GT_FAILING_CHECK"):
+    graceful.readiness_check("db")(lambda: False)
+
+
+if os.environ.get("GT_WORKER_CHECK"):
+    graceful.readiness_check(f"worker-{os.getpid()}")(lambda: True)
 
 
 @graceful.cleanup_task("flush", timeout=2)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import http.client
+import json
 import os
 import re
 import signal
@@ -723,6 +724,80 @@ class TestHealthPort:
         # The last probes may meet the process exiting; every earlier one was answered.
         assert len(lives) >= 5 and set(lives[:-2]) == {"200"}
         assert set(readies[:-2]) == {"503 [-]shutdown failed: reason withheld"}
+
+
+@pytest.mark.e2e
+class TestShutdownRecord:
+    """What `graceful serve` leaves behind: the record file, the termination message, the late-traffic warning."""
+
+    def test_record_and_termination_message(self, serve_app: Callable[..., Served], tmp_path: Path) -> None:
+        """Four requests during the delay: the record counts them, the message summarises it, exit 0."""
+        report, message = tmp_path / "record.json", tmp_path / "termination-log"
+        message.write_text("")
+        served = serve_app(GRACEFUL_REPORT_FILE=str(report), GRACEFUL_TERMINATION_LOG=str(message))
+        assert get(served.url + "/").status_code == 200  # before the shutdown: not counted
+        served.signal()
+        served.wait_for("SIGNAL ShutdownInitiated")
+        assert [get(served.url + "/").status_code for _ in range(4)] == [200] * 4
+        assert served.finish() == 0
+        record = json.loads(report.read_text())
+        assert (record["server"], record["worker_class"], record["pid"]) == (
+            "graceful serve",
+            "threads",
+            served.proc.pid,
+        )
+        assert [p["role"] for p in record["parts"]] == ["server"]
+        assert record["requests"]["arrived"] == {"delay": 4, "draining": 0}
+        assert sorted((h["kind"], h["name"], h["outcome"]) for h in record["hooks"]) == [
+            ("cleanup task", "flush", "ok"),
+            ("pre-shutdown hook", "announce", "ok"),
+        ]
+        assert record["signals"]["AfterShutdownDelayDuration"] >= 1.5
+        text = message.read_text()
+        assert text.startswith("graceful: clean shutdown in ")
+        assert "(delay 1.5 s; 1 pre-shutdown hook ok; drained 0 requests, 0 abandoned; 1 cleanup task ok)" in text
+        assert "; 4 requests arrived during the delay, the last at " in text
+        served.wait_for(re.escape(text))
+
+    def test_a_report_file_in_a_missing_directory_stops_the_start(self, processes: Processes, tmp_path: Path) -> None:
+        """GRACEFUL_REPORT_FILE in a directory that does not exist: exit 2 and one line naming it."""
+        missing = tmp_path / "gone" / "record.json"
+        base = {key: value for key, value in os.environ.items() if not key.startswith("GRACEFUL_")}
+        env = {**base, "PYTHONPATH": str(ROOT), "GRACEFUL_REPORT_FILE": str(missing)}
+        proc = processes.start([sys.executable, "-m", "graceful", "serve", TEST_APP, "--bind", "127.0.0.1:0"], env=env)
+        output, _ = proc.communicate(timeout=60)
+        assert proc.returncode == 2
+        assert output.strip().splitlines()[-1] == (
+            f"graceful serve: error: GRACEFUL_REPORT_FILE={str(missing)!r} is not allowed: its directory"
+            f" {str(missing.parent)!r} does not exist (the shutdown record is written there when the server stops)"
+        )
+
+    def test_late_traffic_is_warned_about(self, serve_app: Callable[..., Served]) -> None:
+        """Requests until the delay's end: one warning that the delay looks too short, with the figures."""
+        served = serve_app()
+        served.signal()
+        served.wait_for("SIGNAL ShutdownInitiated")
+        for _ in range(200):  # every 50 ms until the server stops accepting (bounded)
+            if "NotAcceptingNewRequests" in served.signals():
+                break
+            _classify(served.url + "/")
+            time.sleep(0.05)
+        assert served.finish() == 0
+        warnings = [line for line in served.lines if "the delay looks too short" in line]
+        assert len(warnings) == 1, "\n".join(served.lines)
+        assert re.search(
+            r"WARNING .*graceful: \d+ request\(s\) arrived in the last tenth of the 1.5s shutdown delay", warnings[0]
+        )
+
+    def test_no_warning_when_traffic_stops_early(self, serve_app: Callable[..., Served]) -> None:
+        """Requests only in the first half of the delay: no late-traffic warning."""
+        served = serve_app()
+        served.signal()
+        served.wait_for("SIGNAL ShutdownInitiated")
+        assert [get(served.url + "/").status_code for _ in range(5)] == [200] * 5
+        assert served.finish() == 0
+        assert not [line for line in served.lines if "the delay looks too short" in line]
+        assert "NotAcceptingNewRequests" in served.signals()
 
 
 @pytest.mark.e2e

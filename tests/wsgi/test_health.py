@@ -573,6 +573,26 @@ class TestRespondWith:
         assert lifecycle.has_been_ready.is_set()
 
 
+class TestCounted:
+    """Each probe's results go into the lifecycle's statistics (for graceful_healthcheck and its total)."""
+
+    def test_results_of_each_probe_are_counted_but_not_excluded_checks(self, lifecycle: Lifecycle) -> None:
+        """Two probes of /readyz, the second excluding db: db is counted once, ping and shutdown twice."""
+        lifecycle.readiness_check("db")(lambda: False)
+        checks = HealthChecks(lifecycle)
+        checks.respond(READYZ)
+        checks.respond(READYZ, query_string="exclude=db")
+        checks.respond(LIVEZ, "ping")
+        join_check_threads()
+        tallies = {(t.endpoint, t.name): (t.ok, t.successes, t.errors) for t in lifecycle.stats.health_checks()}
+        assert tallies == {
+            ("livez", "ping"): (True, 1, 0),
+            ("readyz", "db"): (False, 0, 1),
+            ("readyz", "ping"): (True, 2, 0),
+            ("readyz", "shutdown"): (True, 2, 0),
+        }
+
+
 class TestHasBeenReady:
     """HasBeenReady fires at the first passing /readyz, and only then."""
 

@@ -757,6 +757,136 @@ class TestInFlight:
         assert lifecycle.in_flight.count == 0
 
 
+class TestShutdownStatistics:
+    """What the middleware counts: arrivals after ShutdownInitiated by phase, refusals by reason, nothing before."""
+
+    def test_nothing_is_counted_before_the_shutdown(self, lifecycle: Lifecycle) -> None:
+        """Requests before ShutdownInitiated take the unhindered path and count no arrival."""
+        mw = GracefulMiddleware(hello, lifecycle)
+        for _ in range(3):
+            finish(call(mw)[1])
+        assert lifecycle.unhindered
+        assert lifecycle.stats.totals() == (0, 0)
+
+    def test_arrivals_by_phase(self, lifecycle: Lifecycle) -> None:
+        """Two requests during the delay, one after NotAcceptingNewRequests; probes are not counted."""
+        mw = GracefulMiddleware(hello, lifecycle)
+        finish(call(mw)[1])
+        lifecycle.initiate_shutdown()
+        finish(call(mw)[1])
+        finish(call(mw)[1])
+        finish(call(mw, "/readyz")[1])
+        lifecycle.stop_accepting()
+        finish(call(mw)[1])
+        assert lifecycle.stats.arrivals() == {"delay": 2, "draining": 1}
+        assert not lifecycle.unhindered
+
+    def test_retry_after_refusals_are_counted_as_shutting_down(self) -> None:
+        """In retry-after mode each 429 after NotAcceptingNewRequests is a shutting_down rejection and an arrival."""
+        lifecycle = retry_after_lifecycle()
+        mw = GracefulMiddleware(hello, lifecycle)
+        lifecycle.initiate_shutdown()
+        lifecycle.stop_accepting()
+        assert [call(mw)[0].code for _ in range(3)] == [429] * 3
+        assert lifecycle.stats.rejections() == {"shutting_down": 3, "draining": 0, "max_in_flight": 0}
+        assert lifecycle.stats.arrivals() == {"delay": 0, "draining": 3}
+
+    def test_a_request_that_races_the_drain_is_counted_as_draining(self, lifecycle: Lifecycle) -> None:
+        """The 503 of a request arriving once the drain began is a draining rejection, with or without a limit."""
+        for lc in (lifecycle, Lifecycle(Config(max_in_flight=2), clock=fake_clock())):
+            mw = GracefulMiddleware(hello, lc)
+            lc.in_flight.wait(0)
+            assert call(mw)[0].code == 503
+            assert lc.stats.rejections()["draining"] == 1
+
+    def test_a_full_admission_limit_is_counted_as_max_in_flight(self) -> None:
+        """A 429 because every max_in_flight slot is taken is a max_in_flight rejection."""
+        lifecycle = Lifecycle(Config(max_in_flight=1), clock=fake_clock())
+        mw = GracefulMiddleware(hello, lifecycle)
+        _, held = call(mw)
+        assert call(mw)[0].code == 429
+        finish(held)
+        assert lifecycle.stats.rejections()["max_in_flight"] == 1
+        assert lifecycle.stats.arrivals() == {"delay": 0, "draining": 0}
+
+    def test_late_traffic_is_counted_until_the_end_of_the_delay(self) -> None:
+        """Requests through the middleware in the last tenth of the delay are late; earlier ones are not."""
+        lifecycle = Lifecycle(Config(shutdown_delay=10, grace_period=40), clock=fake_clock())
+        mw = GracefulMiddleware(hello, lifecycle)
+        lifecycle.initiate_shutdown()
+        clock = lifecycle.clock
+        assert isinstance(clock, FakeClock)
+        for _ in range(10):  # one a second, the last at 9.5 s
+            clock.advance(0.95)
+            finish(call(mw)[1])
+        late = lifecycle.stats.late_traffic()
+        assert late is not None and late.count == 1 and late.last_arrival == pytest.approx(9.5)
+
+
+class TestMetricsOnTheAppPort:
+    """``/metrics`` on the app port: only with metrics_on_app_port, never counted, 404 without prometheus_client."""
+
+    def test_not_routed_by_default(self, lifecycle: Lifecycle) -> None:
+        """Without the setting, /metrics is the app's path."""
+        mw = GracefulMiddleware(hello, lifecycle)
+        assert finish(call(mw, "/metrics")[1]) == b"hello"
+
+    def test_answered_with_the_setting(self) -> None:
+        """With metrics_on_app_port, /metrics answers Prometheus' text format; other paths still reach the app."""
+        lifecycle = Lifecycle(Config(metrics_on_app_port=True), clock=fake_clock())
+        mw = GracefulMiddleware(hello, lifecycle)
+        captured, result = call(mw, "/metrics")
+        body = finish(result).decode()
+        assert captured.code == 200
+        assert captured.header("Content-Type") == "text/plain; version=0.0.4; charset=utf-8"
+        assert "graceful_requests_in_flight 0.0" in body
+        assert finish(call(mw, "/metrics/")[1]) == b"hello"
+        assert finish(call(mw, "/readyz")[1]) == b"ok"
+        assert finish(call(mw, "/api/items")[1]) == b"hello"
+        assert call(mw, "/metrics", method="POST")[0].code == 405
+        lifecycle.initiate_shutdown()
+        finish(call(mw, "/metrics")[1])
+        assert lifecycle.stats.totals() == (0, 0)
+
+    def test_nested_middlewares_answer_it_once(self) -> None:
+        """Wrapped twice with one lifecycle (a Gunicorn worker around a Flask app's), /metrics is answered inside."""
+        lifecycle = Lifecycle(Config(metrics_on_app_port=True), clock=fake_clock())
+        inner = GracefulMiddleware(hello, lifecycle)
+        outer = GracefulMiddleware(inner, lifecycle)
+        captured, result = call(outer, "/metrics")
+        assert captured.code == 200 and b"graceful_requests_in_flight" in finish(result)
+        assert finish(call(outer, "/")[1]) == b"hello"
+        lifecycle.initiate_shutdown()
+        finish(call(outer, "/")[1])
+        assert lifecycle.stats.arrivals()["delay"] == 1  # counted once, by the inner one
+
+    def test_a_request_already_handled_outside_passes_through(self) -> None:
+        """With the route on, a request an outer middleware of the lifecycle handles goes straight to the app."""
+        lifecycle = Lifecycle(Config(metrics_on_app_port=True), clock=fake_clock())
+        mw = GracefulMiddleware(hello, lifecycle)
+        environ = environ_for("/metrics")
+        environ[LIFECYCLE_KEY] = lifecycle
+        assert b"".join(mw(environ, Captured())) == b"hello"
+
+    def test_404_and_one_log_line_without_prometheus_client(
+        self, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """Without prometheus_client, /metrics is a 404 saying how to install it, logged once."""
+        monkeypatch.setitem(sys.modules, "prometheus_client", None)
+        monkeypatch.setitem(sys.modules, "prometheus_client.core", None)
+        monkeypatch.setattr("graceful.wsgi.probes._missing_library_logged", [])
+        lifecycle = Lifecycle(Config(metrics_on_app_port=True), clock=fake_clock())
+        mw = GracefulMiddleware(hello, lifecycle)
+        answers = [call(mw, "/metrics") for _ in range(2)]
+        assert [captured.code for captured, _ in answers] == [404, 404]
+        assert b"pip install 'graceful-wsgi[prometheus]'" in finish(answers[0][1])
+        logged = [r.getMessage() for r in caplog.records if "/metrics answers 404" in r.getMessage()]
+        assert logged == [
+            "graceful: /metrics answers 404: prometheus_client is not installed:"
+            " pip install 'graceful-wsgi[prometheus]'"
+        ]
+
+
 class TestNesting:
     """Two middlewares of one lifecycle handle a request once; the innermost one's options apply."""
 

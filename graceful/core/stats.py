@@ -1,0 +1,320 @@
+"""Per-process request statistics of a shutdown: arrivals, rejections, the drain, health checks, samples.
+
+What the shutdown record (:mod:`graceful.core.record`) and the metrics
+(:mod:`graceful.metrics`) report, counted where it happens, and nothing on the
+request hot path before a shutdown:
+
+* requests that arrive after ShutdownInitiated, whatever their answer, by
+  phase: ``delay`` until NotAcceptingNewRequests, ``draining`` after; the
+  last one's time, and how many came in the last tenth of the shutdown delay
+  (late traffic: the delay looks too short). ``GracefulMiddleware`` counts
+  them on its checked path, which every request takes from ShutdownInitiated
+  on (``Lifecycle.refresh_unhindered`` keeps the hot-path flag down from then);
+  health probes are never counted;
+* rejections by reason: ``shutting_down`` (429, retry-after mode),
+  ``draining`` (503: the request raced the drain), ``max_in_flight`` (429),
+  counted where they are answered;
+* the drain: how many requests it waited for, how long, how many it abandoned;
+* health-check results, per endpoint and check, counted where probes are
+  evaluated (:mod:`graceful.wsgi.health`);
+* samples (in-flight count, arrivals and rejections so far) every
+  :data:`SAMPLE_INTERVAL` seconds from ShutdownInitiated to CleanupFinished,
+  taken by a :class:`Sampler` on the ``graceful-sampler`` thread.
+
+Thread-safe. Request threads count without a lock: a :class:`Counter` is an
+``itertools.count``, whose ``next`` is one atomic C call; everything else
+takes a lock. Under Gunicorn each worker counts its own requests (the
+lifecycle renews its statistics after the fork); the master serves none and
+does not sample.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import threading
+import time
+from collections.abc import Callable, Iterable
+
+from graceful.core.clock import Clock, MonotonicClock
+
+__all__ = [
+    "LATE_SHARE",
+    "PHASES",
+    "PHASE_DELAY",
+    "PHASE_DRAINING",
+    "REASONS",
+    "REASON_DRAINING",
+    "REASON_MAX_IN_FLIGHT",
+    "REASON_SHUTTING_DOWN",
+    "SAMPLE_INTERVAL",
+    "CheckTally",
+    "Counter",
+    "DrainFigures",
+    "LateTraffic",
+    "RequestStats",
+    "Sample",
+    "Sampler",
+]
+
+#: Rejected with 429 + Retry-After in retry-after mode (after NotAcceptingNewRequests).
+REASON_SHUTTING_DOWN = "shutting_down"
+#: Rejected with 503: the request arrived as the drain began.
+REASON_DRAINING = "draining"
+#: Rejected with 429: every ``max_in_flight`` slot was taken.
+REASON_MAX_IN_FLIGHT = "max_in_flight"
+REASONS = (REASON_SHUTTING_DOWN, REASON_DRAINING, REASON_MAX_IN_FLIGHT)
+
+#: Arrived after ShutdownInitiated, before NotAcceptingNewRequests.
+PHASE_DELAY = "delay"
+#: Arrived after NotAcceptingNewRequests.
+PHASE_DRAINING = "draining"
+PHASES = (PHASE_DELAY, PHASE_DRAINING)
+
+#: Arrivals in this last share of the shutdown delay are late traffic.
+LATE_SHARE = 0.1
+#: Seconds between two samples.
+SAMPLE_INTERVAL = 0.05
+
+
+class Counter:
+    """A count that any thread raises with ``add()``, without a lock.
+
+    ``add`` is ``itertools.count``'s ``__next__``: one atomic C call. Reading
+    advances that count too, so :attr:`value` (under a lock) subtracts how
+    many reads there were.
+    """
+
+    __slots__ = ("_count", "_lock", "_reads", "add")
+
+    def __init__(self) -> None:
+        self._count = itertools.count()
+        self._reads = 0
+        self._lock = threading.Lock()
+        #: Count one.
+        self.add: Callable[[], int] = self._count.__next__
+
+    @property
+    def value(self) -> int:
+        """How many times ``add`` was called."""
+        with self._lock:
+            value = next(self._count) - self._reads
+            self._reads += 1
+        return value
+
+
+@dataclasses.dataclass(frozen=True)
+class DrainFigures:
+    """The drain: when it began and ended (monotonic s), the requests it waited for and abandoned.
+
+    A process may wait more than once (a Gunicorn worker in retry-after mode):
+    the figures run from the first wait's start to the last one's end.
+    """
+
+    started_at: float
+    in_flight: int
+    ended_at: float | None = None
+    abandoned: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class LateTraffic:
+    """Requests that arrived in the last tenth of the shutdown delay (times in s since ShutdownInitiated)."""
+
+    count: int
+    window_start: float
+    last_arrival: float
+    shutdown_delay: float
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckTally:
+    """One health check at one endpoint: its last result and how many probes it passed and failed."""
+
+    endpoint: str
+    name: str
+    ok: bool
+    successes: int
+    errors: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Sample:
+    """One look during the shutdown: monotonic time, requests in flight, arrivals and rejections so far."""
+
+    at: float
+    in_flight: int
+    arrived: int
+    rejected: int
+
+
+class RequestStats:
+    """One process's request statistics (see the module docstring); times on ``clock``."""
+
+    def __init__(self, clock: Clock) -> None:
+        # The real clock's reading without its Python frame: arrived() runs on every request of a shutdown.
+        self._now: Callable[[], float] = time.monotonic if type(clock) is MonotonicClock else clock.now
+        self._lock = threading.Lock()
+        self._arrivals = {phase: Counter() for phase in PHASES}
+        self._delay_add = self._arrivals[PHASE_DELAY].add
+        self._draining_add = self._arrivals[PHASE_DRAINING].add
+        self._late = Counter()
+        self._rejections = {reason: Counter() for reason in REASONS}
+        #: Monotonic time of ShutdownInitiated once :meth:`begin` was called.
+        self.shutdown_at: float | None = None
+        self._shutdown_delay = 0.0
+        self._late_from = float("inf")
+        #: Monotonic time of the latest arrival after ShutdownInitiated (one of two at the same moment).
+        self.last_arrival_at: float | None = None
+        self._drain: DrainFigures | None = None
+        self._checks: dict[tuple[str, str], list[int]] = {}  # [last ok, successes, errors]; guarded by _lock
+
+    # -- request threads -----------------------------------------------------
+
+    def begin(self, shutdown_at: float, shutdown_delay: float) -> None:
+        """ShutdownInitiated fired at ``shutdown_at`` (monotonic s): arrivals count from now on."""
+        self._shutdown_delay = shutdown_delay
+        self._late_from = shutdown_at + (1 - LATE_SHARE) * shutdown_delay
+        self.shutdown_at = shutdown_at
+
+    def arrived(self, stopped: bool) -> None:
+        """A request arrived after ShutdownInitiated; ``stopped``: NotAcceptingNewRequests had fired."""
+        now = self._now()
+        self.last_arrival_at = now
+        if stopped:
+            self._draining_add()
+            return
+        self._delay_add()
+        if now >= self._late_from:
+            self._late.add()
+
+    def rejected(self, reason: str) -> None:
+        """A request was answered with a refusal for ``reason`` (one of :data:`REASONS`)."""
+        self._rejections[reason].add()
+
+    # -- the drain (under Gunicorn: the worker's main thread) ----------------------
+
+    def drain_began(self, at: float, in_flight: int) -> None:
+        """A drain began at ``at`` (monotonic s) with ``in_flight`` requests to wait for; the first one counts."""
+        with self._lock:
+            if self._drain is None:
+                self._drain = DrainFigures(at, in_flight)
+
+    def drain_ended(self, at: float, abandoned: int) -> None:
+        """A drain ended at ``at``, leaving ``abandoned`` requests still running; the last one counts."""
+        with self._lock:
+            if self._drain is not None:
+                self._drain = dataclasses.replace(self._drain, ended_at=at, abandoned=abandoned)
+
+    # -- health probes (the request thread that answers one) ---------------------------
+
+    def checked(self, endpoint: str, results: Iterable[tuple[str, bool]]) -> None:
+        """One probe of ``endpoint`` evaluated these ``(check name, passed)`` results."""
+        with self._lock:
+            for name, ok in results:
+                tally = self._checks.setdefault((endpoint, name), [1, 0, 0])
+                tally[0] = int(ok)
+                tally[1 if ok else 2] += 1
+
+    # -- readers (any thread) --------------------------------------------------------
+
+    def arrivals(self) -> dict[str, int]:
+        """Arrivals after ShutdownInitiated by phase."""
+        return {phase: counter.value for phase, counter in self._arrivals.items()}
+
+    def rejections(self) -> dict[str, int]:
+        """Rejections by reason."""
+        return {reason: counter.value for reason, counter in self._rejections.items()}
+
+    def totals(self) -> tuple[int, int]:
+        """Arrivals and rejections so far, each summed over phases and reasons."""
+        return sum(self.arrivals().values()), sum(self.rejections().values())
+
+    @property
+    def drain(self) -> DrainFigures | None:
+        """The drain's figures, once it began."""
+        with self._lock:
+            return self._drain
+
+    def late_traffic(self) -> LateTraffic | None:
+        """The requests that arrived in the last tenth of the delay (see :data:`LATE_SHARE`), None if none did."""
+        count = self._late.value
+        last, start = self.last_arrival_at, self.shutdown_at
+        if not count or last is None or start is None:
+            return None
+        return LateTraffic(count, self._late_from - start, last - start, self._shutdown_delay)
+
+    def health_checks(self) -> list[CheckTally]:
+        """Every check that was evaluated, with its last result and counts, by endpoint then name."""
+        with self._lock:
+            items = sorted(self._checks.items())
+        return [CheckTally(endpoint, name, bool(ok), good, bad) for (endpoint, name), (ok, good, bad) in items]
+
+
+class Sampler:
+    """Samples a process during its shutdown on the ``graceful-sampler`` daemon thread.
+
+    Every :data:`SAMPLE_INTERVAL` real seconds (also under a test's fake
+    clock, whose time it reads for each sample), from :meth:`start` until
+    :meth:`stop`, and at most ``limit`` samples (then it stops and says it
+    was truncated); :meth:`stop` takes one last sample. ``read()`` returns
+    the in-flight count, arrivals and rejections so far, or None when there
+    is nothing left to sample (the lifecycle is gone): the thread then ends.
+    """
+
+    def __init__(self, clock: Clock, read: Callable[[], tuple[int, int, int] | None], limit: int) -> None:
+        self._clock = clock
+        self._read = read
+        self.limit = max(2, limit)
+        self._lock = threading.Lock()
+        self._samples: list[Sample] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        #: True when the sampler stopped at its limit before :meth:`stop`.
+        self.truncated = False
+
+    def start(self) -> None:
+        """Take the first sample and start the thread; later calls do nothing."""
+        with self._lock:
+            if self._thread is not None:
+                return
+            self._thread = threading.Thread(target=self._run, name="graceful-sampler", daemon=True)
+        self._take()
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Take the last sample and stop the thread (it ends within one interval); idempotent."""
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        self._take()
+
+    def join(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the thread to end; True once it has (or never started)."""
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+        return thread is None or not thread.is_alive()
+
+    @property
+    def samples(self) -> list[Sample]:
+        """The samples so far, in time order (a copy)."""
+        with self._lock:
+            return list(self._samples)
+
+    def _run(self) -> None:
+        while not self._stop.wait(SAMPLE_INTERVAL):
+            if not self._take():
+                self.truncated = len(self._samples) >= self.limit
+                return
+
+    def _take(self) -> bool:
+        values = self._read()
+        if values is None:
+            return False
+        in_flight, arrived, rejected = values
+        with self._lock:
+            if len(self._samples) >= self.limit:
+                return False
+            self._samples.append(Sample(self._clock.now(), in_flight, arrived, rejected))
+            return True

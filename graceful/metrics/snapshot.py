@@ -1,0 +1,168 @@
+"""A process's metrics as plain data, and the sum of several: what the Prometheus collector renders.
+
+:func:`snapshot` reads everything at once from a lifecycle (in-flight count,
+rejections, arrivals during the shutdown, signal times, hook results, health
+checks) into a :class:`Snapshot`: a JSON-able dict, so a Gunicorn worker can
+publish its own and the health port's server (in the master) can
+:func:`merge` them with the master's into one view of the whole server.
+Pure functions, no prometheus_client: they run wherever graceful runs.
+Nothing is counted per request for them (see :mod:`graceful.core.stats`).
+
+How :func:`merge` sums (one row per metric of :mod:`graceful.metrics.collector`):
+
+=====================================  =============================================
+in flight, rejections, arrivals,       summed
+drain-abandoned requests
+signal times                           the earliest, but InFlightRequestsDrained and
+                                       CleanupFinished: the latest (the server is
+                                       drained when its last process is)
+hook runs by outcome                   summed; the duration: the longest
+health checks                          passing only when it passes in every process;
+                                       the counts summed
+info                                   the first snapshot's
+=====================================  =============================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, TypedDict
+
+from graceful.core.clock import unix_time
+from graceful.core.stats import PHASES, REASONS
+
+if TYPE_CHECKING:
+    from graceful.core.lifecycle import Lifecycle
+
+__all__ = ["CheckSnapshot", "HookSnapshot", "InfoSnapshot", "Snapshot", "empty", "label", "merge", "snapshot"]
+
+#: Signals whose server-wide time is the last process's, not the first's.
+_LATEST = frozenset({"InFlightRequestsDrained", "CleanupFinished"})
+
+
+class HookSnapshot(TypedDict):
+    """One hook or task: its kind and name as label values, runs by outcome, the longest run's seconds."""
+
+    kind: str
+    name: str
+    runs: dict[str, int]
+    duration_s: float
+
+
+class CheckSnapshot(TypedDict):
+    """One health check at one endpoint (``type``): its last result and its results so far."""
+
+    type: str
+    name: str
+    ok: bool
+    success: int
+    error: int
+
+
+class InfoSnapshot(TypedDict):
+    """What serves the app."""
+
+    version: str
+    server: str
+    worker_class: str
+
+
+class Snapshot(TypedDict):
+    """One process's metrics, or several processes' summed (see the module docstring)."""
+
+    in_flight: int
+    rejected: dict[str, int]
+    during_shutdown: dict[str, int]
+    drain_abandoned: int
+    signals: dict[str, float]
+    hooks: list[HookSnapshot]
+    healthchecks: list[CheckSnapshot]
+    info: InfoSnapshot
+
+
+def label(text: str) -> str:
+    """A kind or an outcome as a label value: ``pre-shutdown hook`` -> ``pre_shutdown_hook``, ``timed out`` ->
+    ``timed_out``."""
+    return text.replace("-", "_").replace(" ", "_")
+
+
+def empty(version: str = "", server: str = "", worker_class: str = "") -> Snapshot:
+    """A snapshot of nothing (every count 0)."""
+    return Snapshot(
+        in_flight=0,
+        rejected=dict.fromkeys(REASONS, 0),
+        during_shutdown=dict.fromkeys(PHASES, 0),
+        drain_abandoned=0,
+        signals={},
+        hooks=[],
+        healthchecks=[],
+        info=InfoSnapshot(version=version, server=server, worker_class=worker_class),
+    )
+
+
+def snapshot(lifecycle: Lifecycle) -> Snapshot:
+    """This process's metrics now, from ``lifecycle`` (any thread: every read is thread-safe)."""
+    from graceful import __version__
+
+    stats = lifecycle.stats
+    drain = stats.drain
+    hooks = [
+        HookSnapshot(kind=label(r.kind), name=r.name, runs={label(r.outcome.value): 1}, duration_s=r.duration)
+        for r in lifecycle.hook_results()
+    ]
+    checks = [
+        CheckSnapshot(type=t.endpoint, name=t.name, ok=t.ok, success=t.successes, error=t.errors)
+        for t in stats.health_checks()
+    ]
+    return Snapshot(
+        in_flight=lifecycle.in_flight.count,
+        rejected=stats.rejections(),
+        during_shutdown=stats.arrivals(),
+        drain_abandoned=drain.abandoned if drain is not None else 0,
+        signals={s.name: unix_time(s.fired_at) for s in lifecycle.signals if s.fired_at is not None},
+        hooks=hooks,
+        healthchecks=checks,
+        info=InfoSnapshot(version=__version__, server=lifecycle.server, worker_class=lifecycle.worker_class),
+    )
+
+
+def merge(snapshots: Iterable[Snapshot]) -> Snapshot:
+    """Several processes' snapshots as one (see the module docstring); no snapshot gives :func:`empty`."""
+    items = list(snapshots)
+    if not items:
+        return empty()
+    total = empty()
+    total["info"] = InfoSnapshot(**items[0]["info"])
+    hooks: dict[tuple[str, str], HookSnapshot] = {}
+    checks: dict[tuple[str, str], CheckSnapshot] = {}
+    for item in items:
+        total["in_flight"] += item["in_flight"]
+        total["drain_abandoned"] += item["drain_abandoned"]
+        for reason, count in item["rejected"].items():
+            total["rejected"][reason] = total["rejected"].get(reason, 0) + count
+        for phase, count in item["during_shutdown"].items():
+            total["during_shutdown"][phase] = total["during_shutdown"].get(phase, 0) + count
+        for name, at in item["signals"].items():
+            known = total["signals"].get(name)
+            pick = max if name in _LATEST else min
+            total["signals"][name] = at if known is None else pick(known, at)
+        for hook in item["hooks"]:
+            merged = hooks.setdefault(
+                (hook["kind"], hook["name"]),
+                HookSnapshot(kind=hook["kind"], name=hook["name"], runs={}, duration_s=0.0),
+            )
+            for outcome, runs in hook["runs"].items():
+                merged["runs"][outcome] = merged["runs"].get(outcome, 0) + runs
+            merged["duration_s"] = max(merged["duration_s"], hook["duration_s"])
+        for check in item["healthchecks"]:
+            key = (check["type"], check["name"])
+            seen = checks.get(key)
+            if seen is None:
+                checks[key] = CheckSnapshot(**check)
+            else:
+                seen["ok"] = seen["ok"] and check["ok"]
+                seen["success"] += check["success"]
+                seen["error"] += check["error"]
+    total["hooks"] = list(hooks.values())
+    total["healthchecks"] = list(checks.values())
+    return total
