@@ -917,56 +917,81 @@ def direct_sigterm(
     *,
     graceful: bool,
     shutdown_delay: float = 3.0,
-    warm_up: float = 1.5,
-    long_ms: int = 1500,
 ) -> Run:
-    """One instance under load, no load balancer; SIGTERM; load goes on until it exits.
-
-    Half a second before the delay ends, two ``/slow`` requests of
-    ``long_ms`` start: they are still running when the listeners close and
-    the workers are told to stop, so the drain has real work.
-    """
+    """One instance of tests/live/load_app.py under load, no load balancer: :func:`sigterm_under_load`."""
     env = graceful_env(shutdown_delay) if graceful else {}
     instance = Gunicorn(starter, free_port(), worker_class, graceful=graceful, env=env, name="direct")
     try:
         instance.start()
         instance.wait_ready()
-        load = LoadGenerator(instance.url, duration=60.0).start()
-        started_at = time.monotonic()
-        probes: list[Probe] = []
-        try:
-            time.sleep(warm_up)
-            sigterm_at = instance.terminate()
-            prober = threading.Thread(
-                target=lambda: probes.extend(probe_health(instance.port, sigterm_at, sigterm_at + shutdown_delay)),
-                name="probe-health",
-                daemon=True,
-            )
-            prober.start()
-            if graceful:
-                time.sleep(max(0.0, shutdown_delay - 0.5))
-            long_path = f"/slow?ms={long_ms}&bytes={load.slow_bytes}"
-            for _ in range(2):
-                load.one_off(long_path, load.slow_bytes)
-            returncode = instance.wait_exit(timeout=shutdown_delay + 30)
-            prober.join(shutdown_delay + 5)
-        finally:
-            records = load.stop()
-        assert instance.exited_at is not None
-        term = Termination("direct", instance.pid, sigterm_at, instance.exited_at, returncode)
-        problems = instance.problems()
-        return Run(
-            DIRECT,
-            worker_class,
-            graceful,
-            records,
-            [term],
-            started_at,
-            time.monotonic(),
-            [instance.log(40)],
-            shutdown_delay,
-            probes,
-            problems,
-        )
+        return sigterm_under_load(instance, shutdown_delay=shutdown_delay)
     finally:
         instance.kill()
+
+
+def sigterm_under_load(
+    instance: Gunicorn,
+    *,
+    shutdown_delay: float,
+    clients: int = 24,
+    warm_up: float = 1.5,
+    long_ms: int = 1500,
+) -> Run:
+    """``instance`` (started and ready) under load; SIGTERM; the load goes on until it exits.
+
+    Half a second before a graceful instance's delay ends (at once for plain
+    Gunicorn), two ``/slow`` requests of ``long_ms`` start: they are still
+    running when the listeners close and the workers are told to stop, so
+    the drain has real work. ``/readyz`` and ``/livez`` are probed through
+    the delay. Bounded by the load generator's own bounds and the exit wait.
+    """
+    load = LoadGenerator(instance.url, clients=clients, duration=shutdown_delay + 60.0).start()
+    started_at = time.monotonic()
+    probes: list[Probe] = []
+    try:
+        time.sleep(warm_up)
+        sigterm_at = instance.terminate()
+        prober = threading.Thread(
+            target=lambda: probes.extend(probe_health(instance.port, sigterm_at, sigterm_at + shutdown_delay)),
+            name="probe-health",
+            daemon=True,
+        )
+        prober.start()
+        if instance.graceful:
+            time.sleep(max(0.0, shutdown_delay - 0.5))
+        for _ in range(2):
+            load.one_off(f"/slow?ms={long_ms}&bytes={load.slow_bytes}", load.slow_bytes)
+        returncode = instance.wait_exit(timeout=shutdown_delay + 30)
+        prober.join(shutdown_delay + 5)
+    finally:
+        records = load.stop()
+    assert instance.exited_at is not None
+    term = Termination(instance.name, instance.pid, sigterm_at, instance.exited_at, returncode)
+    return Run(
+        DIRECT,
+        instance.worker_class,
+        instance.graceful,
+        records,
+        [term],
+        started_at,
+        time.monotonic(),
+        [instance.log(40)],
+        shutdown_delay,
+        probes,
+        instance.problems(),
+    )
+
+
+def assert_nothing_lost(run: Run, delay_edge: float) -> None:
+    """Exit 0; every request in flight at SIGTERM, sent during the delay, or long past it, succeeded."""
+    assert run.terminations[0].returncode == 0, run.describe()
+    in_flight = run.in_flight_at_sigterm()
+    assert in_flight, "no request was in flight at SIGTERM"
+    assert all(r.ok for r in in_flight), run.describe(in_flight)
+    during = run.sent_during_delay(delay_edge)
+    assert len(during) > 20, "too few requests sent during the delay to tell"
+    assert all(r.ok for r in during), run.describe(during)
+    # The two long requests outlive the delay: the listeners close and the workers stop under them.
+    long = [r for r in run.records if r.client == -1]
+    assert len(long) == 2 and all(r.ok for r in long), run.describe(long)
+    assert all(r.ended > run.terminations[0].sigterm_at + run.delay_window for r in long)

@@ -56,7 +56,7 @@ import os
 import socket
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from graceful.core.lifecycle import Lifecycle
 from graceful.healthport.address import HealthAddress
@@ -65,6 +65,9 @@ from graceful.healthport.server import HealthPort, register_at_fork_weakly
 from graceful.healthport.snapshot import RecordReader, Snapshot
 from graceful.healthport.view import HealthView, Heard
 from graceful.wsgi.middleware import as_middleware
+
+if TYPE_CHECKING:
+    from graceful.gunicorn.worker import WorkerShutdown
 
 __all__ = ["HealthChannel", "MasterHealth", "start_worker_health"]
 
@@ -376,9 +379,9 @@ def start_worker_health(worker: Any, lifecycle: Lifecycle, health: MasterHealth 
     middleware = as_middleware(worker.wsgi)
     assert middleware is not None, "WorkerShutdown.start() wraps the app first"
     checks = (middleware.inner or middleware).health  # the app's own middleware, with its options, when it has one
-    shutdown = worker.graceful
+    shutdown: WorkerShutdown = worker.graceful
 
     def stopping() -> bool:
-        return shutdown.term_at is not None or not worker.alive
+        return shutdown.stopping or not worker.alive
 
     return HealthRunner(lifecycle, checks, health.channel.send, stopping=stopping).start()

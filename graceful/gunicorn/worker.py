@@ -177,6 +177,11 @@ class WorkerShutdown:
             time.sleep(ACCEPTED_SETTLE)
         self.shared.listeners_closed.report(self.pid)
 
+    @property
+    def stopping(self) -> bool:
+        """True once this worker knows it will exit: its SIGTERM came, or its stop began (max_requests, timeout)."""
+        return self.stop.term_at is not None or self.stop.stopping
+
     def before_request(self, req: Any) -> None:
         """``pre_request`` (request thread): close the connection after this response once shutting down."""
         if self.lifecycle.shutdown_initiated.is_set():

@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 import requests
 
-from tests.app_harness import AppGunicorn, assert_nothing_lost, sigterm_under_load
+from tests.app_harness import AppGunicorn
 from tests.conftest import Processes
 from tests.django.project import DJANGO_CONF, GUNICORN, PROJECT, project_env
-from tests.e2e_harness import free_port
+from tests.e2e_harness import DELAY_EDGE, assert_nothing_lost, free_port, sigterm_under_load
 from tests.gunicorn.test_gunicorn import WORKERS, Server, _has_control_socket
 from tests.serve.test_server import Served
 
@@ -194,10 +194,10 @@ class TestSigtermUnderLoad:
         try:
             instance.start()
             instance.wait_ready()
-            run = sigterm_under_load(instance, shutdown_delay=delay)
+            run = sigterm_under_load(instance, shutdown_delay=delay, clients=12)
         finally:
             instance.kill()
-        assert_nothing_lost(run)
+        assert_nothing_lost(run, DELAY_EDGE)
 
 
 class TestCleanup:
