@@ -376,9 +376,10 @@ def start_worker_health(worker: Any, lifecycle: Lifecycle, health: MasterHealth 
     middleware = as_middleware(worker.wsgi)
     assert middleware is not None, "WorkerShutdown.start() wraps the app first"
     checks = (middleware.inner or middleware).health  # the app's own middleware, with its options, when it has one
-    shutdown = worker.graceful
+    stop = worker.graceful.stop  # the worker's ProcessStop
 
     def stopping() -> bool:
-        return shutdown.term_at is not None or not worker.alive
+        # Its own SIGTERM, a stop begun (max_requests reached), or Gunicorn's loop told to end.
+        return stop.term_at is not None or stop.stopping or not worker.alive
 
     return HealthRunner(lifecycle, checks, health.channel.send, stopping=stopping).start()

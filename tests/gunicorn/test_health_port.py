@@ -124,16 +124,8 @@ def traffic(port: int, period: float = 0.01, seconds: float = 60.0) -> Iterator[
         thread.join(10)
 
 
-def gevent_xfail(shape: str) -> object:
-    if shape != "gevent":
-        return shape
-    # strict (setup.cfg): once the gevent worker boots with graceful, this XPASSes and fails until removed.
-    reason = "graceful's worker integration cannot boot -k gevent on this branch (another branch adds it)"
-    return pytest.param(shape, marks=pytest.mark.xfail(raises=WorkerDidNotBoot, reason=reason))
-
-
 class TestSaturation:
-    @pytest.mark.parametrize("shape", [gevent_xfail(shape) for shape in SHAPES])
+    @pytest.mark.parametrize("shape", list(SHAPES))
     def test_probes_answer_while_every_worker_is_busy(self, processes: Processes, shape: str) -> None:
         """Every worker, thread or greenlet busy with 3 s requests: the app's port times out, the health port
         answers 40 of 40 probes within 1 s."""
