@@ -60,7 +60,9 @@ class TestRoute:
         """Health paths (and /metrics) give endpoint, check and raw query as WSGI would (percent-decoded, latin-1)."""
         assert route(line) == probe
 
-    @pytest.mark.parametrize("line", [b"GET / HTTP/1.1", b"GET /readyzz HTTP/1.1", b"GET http://host HTTP/1.1", b"GET /metrics/x HTTP/1.1"])
+    @pytest.mark.parametrize(
+        "line", [b"GET / HTTP/1.1", b"GET /readyzz HTTP/1.1", b"GET http://host HTTP/1.1", b"GET /metrics/x HTTP/1.1"]
+    )
     def test_other_paths_are_404(self, line: bytes) -> None:
         """Any other path is a 404 saying what the port serves."""
         assert route(line) == Refusal(404, NOT_FOUND)
