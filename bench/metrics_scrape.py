@@ -12,6 +12,11 @@ directory, reads and checks each live worker's file, merges them with the
 master's own snapshot and renders Prometheus' text. Prints median / p99 /
 max (ms) of each, the difference of the medians, and the body size.
 Bounded: ``--scrapes`` of each (200 take 40 s), each with a 1 s timeout.
+
+Then the master's part alone, in this process: ``--workers`` workers' files
+written by :class:`~graceful.gunicorn.metrics.WorkerMetrics`, and the median
+over 2,000 rounds of what the port's thread does per scrape (read and check
+the files, then render).
 """
 
 from __future__ import annotations
@@ -64,6 +69,37 @@ def row(name: str, latencies: list[float], failures: int) -> list[str]:
     return [name, str(len(data)), f"{statistics.median(data):.2f}", f"{p99:.2f}", f"{data[-1]:.2f}", str(failures)]
 
 
+def in_process(workers: int, rounds: int = 2000) -> tuple[float, float]:
+    """Median µs of reading ``workers`` files into snapshots, and of that plus rendering (the port's thread)."""
+    from graceful.core.config import Config
+    from graceful.core.lifecycle import Lifecycle
+    from graceful.gunicorn.metrics import ServerMetrics, WorkerMetrics
+    from graceful.gunicorn.shared import WorkerFiles
+    from graceful.metrics import render_metrics
+
+    files = WorkerFiles()
+    try:
+        live = set(range(100, 100 + workers))
+        for pid in live:
+            worker = Lifecycle(Config())
+            worker.stats.rejected("max_in_flight")
+            worker.stats.checked("livez", [("ping", True)])
+            WorkerMetrics(files, worker, pid=pid).publish()
+        metrics = ServerMetrics(Lifecycle(Config()), files, lambda: live)
+        render_metrics(snapshots=metrics.snapshots)  # the import, once
+        read, whole = [], []
+        for _ in range(rounds):
+            started = time.perf_counter()
+            metrics.snapshots()
+            read.append(time.perf_counter() - started)
+            started = time.perf_counter()
+            render_metrics(snapshots=metrics.snapshots)
+            whole.append(time.perf_counter() - started)
+        return statistics.median(read) * 1e6, statistics.median(whole) * 1e6
+    finally:
+        files.remove()
+
+
 def main() -> None:
     """Measure, print one table."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
@@ -104,6 +140,8 @@ def main() -> None:
     print("\n".join(markdown_table(["target", "requests", "p50 ms", "p99 ms", "max ms", "failures"], rows)))
     extra = statistics.median(results["/metrics"]) - statistics.median(results["/livez"])
     print(f"a scrape costs {extra:.2f} ms more than a /livez (medians)")
+    read, whole = in_process(args.workers)
+    print(f"in process, {args.workers} workers' files: read {read:.0f} us, read and render {whole:.0f} us (medians)")
 
 
 if __name__ == "__main__":
