@@ -248,7 +248,9 @@ class TestRestarts:
                 answers.append(probe(server.health, "/readyz"))
                 time.sleep(0.1)
             assert all(ANSWERED.match(answer) for answer in answers), sorted(set(answers))
-            assert answers[-1] == "200" and len(answers) >= 50
+            # A TERM to an old master whose successor serves is a process stop (no delay): it is gone in well under
+            # a second, so few probes fall while it stops; the 20 before and the 20 after are the point.
+            assert answers[-1] == "200" and len(answers) >= 40
             assert server.server.matching(rf"\[{old}\].*health port .* handed to the new master \(pid {new}\)")
             assert server.server.matching(rf"\[{new}\].*the old master stopped serving the health port")
         finally:
