@@ -20,6 +20,11 @@ What feeds it::
                                                   main thread
                                                     murder_workers / reap_workers wrapped:
                                                     each call is a tick of its loop
+      every 1 s, when changed: its metrics   file   at each /metrics: the master's own,
+      snapshot (KBs: more than PIPE_BUF)  ------->  each live worker's file, and what
+      written atomically                            exited workers counted (retained)
+
+``/metrics`` adds up the whole server: :mod:`graceful.gunicorn.metrics`.
 
 :class:`HealthChannel` is one pipe made in ``on_starting``, before the first
 fork, both ends non-blocking: every worker writes whole records, so records
@@ -59,11 +64,15 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from graceful.core.lifecycle import Lifecycle
+from graceful.gunicorn.metrics import ServerMetrics, WorkerMetrics
+from graceful.gunicorn.shared import WorkerFiles
 from graceful.healthport.address import HealthAddress
 from graceful.healthport.runner import HealthRunner
 from graceful.healthport.server import HealthPort, register_at_fork_weakly
 from graceful.healthport.snapshot import RecordReader, Snapshot
 from graceful.healthport.view import HealthView, Heard
+from graceful.metrics.snapshot import Snapshot as MetricsSnapshot
+from graceful.metrics.snapshot import snapshot as metrics_snapshot
 from graceful.wsgi.middleware import as_middleware
 
 if TYPE_CHECKING:
@@ -160,6 +169,8 @@ class MasterHealth:
         self._handoff_r, self._handoff_w = os.pipe()
         self._passing_on = False
         self._handed_over = False
+        #: The server's metrics for /metrics (:meth:`serve_metrics`); until then the master's own.
+        self.server_metrics: ServerMetrics | None = None
         register_at_fork_weakly(self, after_in_child="_after_fork_in_child")
         self.port.bind(retry_in_use=True)
 
@@ -185,6 +196,10 @@ class MasterHealth:
             raise RuntimeError(f"graceful: cannot listen on GRACEFUL_HEALTH_BIND={str(address)!r}: {exc}") from None
 
     # -- main thread -------------------------------------------------------------------------
+
+    def serve_metrics(self, files: WorkerFiles) -> None:
+        """``on_starting``, before the first fork: ``/metrics`` adds up the master and the workers' ``files``."""
+        self.server_metrics = ServerMetrics(self.lifecycle, files, lambda: list(self.server.WORKERS))
 
     def start(self) -> None:
         """``when_ready``: wrap the loop's periodic calls and the re-exec, start answering."""
@@ -279,6 +294,8 @@ class MasterHealth:
             if snapshot.pid in live:
                 self._heard[snapshot.pid] = (snapshot, now)
                 self._last_heard = now
+        if self.server_metrics is not None:
+            self.server_metrics.on_workers_changed()  # fold exited workers' metrics even when nobody scrapes
 
     def _on_handoff(self) -> None:
         fd = self._handoff_in
@@ -320,6 +337,12 @@ class MasterHealth:
     def shutting_down(self) -> bool:
         """The server's ShutdownInitiated: not an old master's whose USR2 successor serves."""
         return self.lifecycle.shutdown_initiated.is_set() and not self.server.reexec_pid
+
+    def metrics(self) -> list[MetricsSnapshot]:
+        """The master's snapshot, each live worker's latest, what exited workers counted (see .metrics)."""
+        if self.server_metrics is None:
+            return [metrics_snapshot(self.lifecycle)]
+        return self.server_metrics.snapshots()
 
 
 def _inherited(server: Any, address: HealthAddress) -> tuple[socket.socket | None, int | None]:
@@ -363,7 +386,10 @@ def start_worker_health(worker: Any, lifecycle: Lifecycle, health: MasterHealth 
     """``post_worker_init`` (worker main thread, after graceful wrapped the app): publish to the master.
 
     ``health`` is this worker's copy of the master's (its pipe's write end is
-    what this worker writes to); None when the port is off. Then a
+    what this worker writes to); None when the port is off. The runner also
+    leaves this worker's metrics for the master's ``/metrics`` every period
+    (:class:`~graceful.gunicorn.metrics.WorkerMetrics`), and ``worker_exit``
+    the last of them. Then a
     ``GRACEFUL_HEALTH_BIND`` seen only here (Flask's ``app.config``) is
     worth a warning: the master, which would serve the port, reads the
     environment alone.
@@ -384,4 +410,7 @@ def start_worker_health(worker: Any, lifecycle: Lifecycle, health: MasterHealth 
     def stopping() -> bool:
         return shutdown.stopping or not worker.alive
 
-    return HealthRunner(lifecycle, checks, health.channel.send, stopping=stopping).start()
+    # Its metrics for the master's /metrics: every period, and once more after the drain and cleanup.
+    metrics = WorkerMetrics(shutdown.shared.files, lifecycle)
+    shutdown.at_exit.append(metrics.final)
+    return HealthRunner(lifecycle, checks, health.channel.send, stopping=stopping, every_period=metrics.publish).start()

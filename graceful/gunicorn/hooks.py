@@ -93,11 +93,15 @@ def _log_to_gunicorn(server: Any) -> None:
 
 
 def on_starting(server: Any) -> None:
-    """Master, main thread, before the listeners and the first fork: check the worker class and settings."""
+    """Master, main thread, before the listeners and the first fork: check the worker class and settings,
+    make the shared state and the health port (with its /metrics)."""
     refuse_unsupported(server)
     _log_to_gunicorn(server)
     _check_settings(server)
     server.graceful = MasterShutdown(server, default_lifecycle)
+    health = server.graceful.health
+    if health is not None:  # /metrics on the health port: the workers leave theirs beside their shutdown parts
+        health.serve_metrics(server.graceful.shared.files)
 
 
 def when_ready(server: Any) -> None:

@@ -21,10 +21,12 @@ their pid: a worker has drained (send_retry_after mode, where the master keeps
 the listeners open until every worker is done), or has closed its own
 listeners or stopped accepting on them (reuse_port, shared listeners).
 
-Each worker's part of the shutdown record (:mod:`graceful.core.record`) goes
-through :class:`PartsDirectory`: a private temporary directory the master
-creates before the first fork; a worker writes its part there (atomically)
-as it exits, the master reads them all in ``on_exit`` and removes it.
+Files flow back through :class:`WorkerFiles`: a private temporary directory
+the master creates before the first fork and removes at exit. A worker
+leaves its part of the shutdown record there (:mod:`graceful.core.record`,
+:class:`PartsDirectory`) as it exits, read by the master in ``on_exit``;
+and, with the health port on, its latest metrics every second
+(:mod:`graceful.gunicorn.metrics`), read by the master at each scrape.
 
 Fork safety: the master fires broadcasts from its shutdown thread while its
 main thread may be forking a worker. ``os.register_at_fork`` holds a lock
@@ -34,27 +36,31 @@ can never keep a broadcast from firing.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import select
 import shutil
+import stat
 import struct
 import tempfile
 import threading
 import time
 from collections.abc import Callable
 
-from graceful.core.record import ProcessPart, RecordError
+from graceful.core.record import ProcessPart
 from graceful.gunicorn.stop_reason import StopReasonSlot
 from graceful.process.termination import write_json_atomically
 
-__all__ = ["Broadcast", "DrainReports", "PartsDirectory", "SharedState"]
+__all__ = ["Broadcast", "DrainReports", "PartsDirectory", "SharedState", "WorkerFiles"]
 
 logger = logging.getLogger(__name__)
 
 #: A worker's part is small (its samples are bounded); anything bigger is not one.
 _MAX_PART_BYTES = 32 << 20
+#: The name of a worker's part: ``worker-<pid>.json``.
+_PART = "worker-"
 
 _PID = struct.Struct("i")
 
@@ -122,16 +128,69 @@ class DrainReports:
                 self._reported.update(pid for (pid,) in _PID.iter_unpack(data[:usable]))
 
 
-class PartsDirectory:
-    """Where workers leave their part of the shutdown record for the master (a private temporary directory)."""
+class WorkerFiles:
+    """A private temporary directory where workers leave JSON files for the master, each written atomically.
+
+    Made by the master before the first fork (``on_starting``), removed by
+    it at exit (``on_exit``). Two kinds of file go there, by name: each
+    worker's part of the shutdown record (:class:`PartsDirectory`) and each
+    worker's latest metrics (:mod:`graceful.gunicorn.metrics`). A worker
+    writes through a temporary file and a rename, so a reader finds the old
+    file or the new one, never half of one. What the master reads from here
+    it checks: a file may be anything (truncated, huge, not even a file).
+    """
 
     def __init__(self) -> None:
-        self.path = tempfile.mkdtemp(prefix="graceful-parts-")
+        self.path = tempfile.mkdtemp(prefix="graceful-workers-")
+
+    def write(self, name: str, data: object) -> None:
+        """Leave ``data`` as JSON under ``name``; raises OSError (ValueError, TypeError: not JSON)."""
+        write_json_atomically(os.path.join(self.path, name), data)
+
+    def names(self, prefix: str) -> list[str]:
+        """The names of the JSON files starting with ``prefix``, sorted; raises OSError."""
+        return sorted(n for n in os.listdir(self.path) if n.startswith(prefix) and n.endswith(".json"))
+
+    def read(self, name: str, max_bytes: int) -> object:
+        """The JSON in ``name``; ValueError for one that is not a regular file of at most ``max_bytes``
+        bytes of JSON, OSError when it cannot be read. Never blocks (a FIFO is refused, not opened for reading)."""
+        fd = os.open(os.path.join(self.path, name), os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise ValueError(f"{name}: not a regular file")
+            with os.fdopen(fd, "rb", closefd=False) as stream:
+                data = stream.read(max_bytes + 1)
+        finally:
+            os.close(fd)
+        if len(data) > max_bytes:
+            raise ValueError(f"{name}: larger than {max_bytes} bytes")
+        return json.loads(data)  # a JSONDecodeError and a UnicodeDecodeError are ValueErrors
+
+    def discard(self, name: str) -> None:
+        """Remove ``name`` if it is there."""
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(self.path, name))
+
+    def remove(self) -> None:
+        """In the master: remove the directory and what is left in it."""
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+class PartsDirectory:
+    """Where workers leave their part of the shutdown record for the master (in :class:`WorkerFiles`)."""
+
+    def __init__(self, files: WorkerFiles) -> None:
+        self.files = files
+
+    @property
+    def path(self) -> str:
+        """The directory."""
+        return self.files.path
 
     def write(self, pid: int, part: ProcessPart) -> None:
         """In a worker (main thread, ``worker_exit``): leave this worker's part; a failure is logged."""
         try:
-            write_json_atomically(os.path.join(self.path, f"worker-{pid}.json"), part.to_json())
+            self.files.write(f"{_PART}{pid}.json", part.to_json())
         except (OSError, ValueError, TypeError) as exc:
             logger.warning("graceful: worker %d could not leave its part of the shutdown record: %s", pid, exc)
 
@@ -139,28 +198,21 @@ class PartsDirectory:
         """In the master (``on_exit``): every part the workers left, by pid; unreadable ones are logged and skipped."""
         parts: list[ProcessPart] = []
         try:
-            names = sorted(os.listdir(self.path))
+            names = self.files.names(_PART)
         except OSError as exc:
             logger.warning("graceful: cannot read the workers' parts of the shutdown record: %s", exc)
             return parts
         for name in names:
-            if not (name.startswith("worker-") and name.endswith(".json")):
-                continue
-            path = os.path.join(self.path, name)
             try:
-                with open(path, encoding="utf-8") as stream:
-                    text = stream.read(_MAX_PART_BYTES + 1)
-                if len(text) > _MAX_PART_BYTES:
-                    raise RecordError(f"{name}: larger than {_MAX_PART_BYTES} bytes")
-                parts.append(ProcessPart.read(json.loads(text), name))
-            except (OSError, ValueError) as exc:  # RecordError and JSONDecodeError are ValueErrors
+                parts.append(ProcessPart.read(self.files.read(name, _MAX_PART_BYTES), name))
+            except (OSError, ValueError) as exc:  # RecordError is a ValueError
                 logger.warning("graceful: skipping a worker's part of the shutdown record: %s", exc)
         parts.sort(key=lambda part: part.pid)
         return parts
 
     def remove(self) -> None:
-        """In the master: remove the directory and what is left in it."""
-        shutil.rmtree(self.path, ignore_errors=True)
+        """In the master, at exit: remove the workers' directory (their metrics files too)."""
+        self.files.remove()
 
 
 class SharedState:
@@ -179,8 +231,10 @@ class SharedState:
         self.listeners_closed = DrainReports()
         #: Why the master stops the workers it stops next (reload, scale-in, upgrade).
         self.stop_reason = StopReasonSlot()
-        #: Where each worker leaves its part of the shutdown record.
-        self.parts = PartsDirectory()
+        #: Where workers leave files for the master: their parts of the shutdown record, their metrics.
+        self.files = WorkerFiles()
+        #: Each worker's part of the shutdown record.
+        self.parts = PartsDirectory(self.files)
         os.register_at_fork(
             before=self._fork_lock.acquire,
             after_in_parent=self._fork_lock.release,

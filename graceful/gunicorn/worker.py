@@ -99,6 +99,8 @@ class WorkerShutdown:
         self.kind = worker_kind(worker)
         # True once post_worker_init is done: a worker that failed to boot only cleans up.
         self._booted = False
+        #: Called in ``worker_exit`` after the drain and cleanup, before the process ends (its last metrics).
+        self.at_exit: list[Callable[[], None]] = []
         # Gunicorn's own drain waits graceful_timeout, as long as the master
         # waits for the worker: bound it by drain_timeout (this worker's
         # copy of the settings only) to leave time for the cleanup tasks.
@@ -203,6 +205,11 @@ class WorkerShutdown:
         else:
             self._drain_and_clean_up()
         self._leave_part()
+        for callback in self.at_exit:
+            try:
+                callback()
+            except Exception:  # logged: never changes how the worker exits
+                logger.exception("graceful: worker %d: a callback at exit failed", self.pid)
         if not lifecycle.report.ok:
             logger.warning("graceful: worker %d cleanup: %s", self.pid, lifecycle.report.summary())
         if lifecycle.hung_hooks or lifecycle.in_flight.count or self.kind == "gevent":

@@ -1,4 +1,4 @@
-"""The health port: ``/livez``, ``/readyz``, ``/healthz`` on an address of their own (``GRACEFUL_HEALTH_BIND``).
+"""The health port: ``/livez``, ``/readyz``, ``/healthz``, ``/metrics`` on their own address (``GRACEFUL_HEALTH_BIND``).
 
 A probe must not wait for a free app worker or thread: these answer from a
 thread that never runs app code and never waits for a worker.
@@ -13,5 +13,5 @@ thread that never runs app code and never waits for a worker.
 - :mod:`.local` ``graceful serve --health-bind``: runner and port in one process
 
 Under Gunicorn the port is served by the master and fed by every worker:
-:mod:`graceful.gunicorn.health`.
+:mod:`graceful.gunicorn.health` (probes), :mod:`graceful.gunicorn.metrics` (``/metrics``).
 """

@@ -3,7 +3,8 @@
 Two threads besides the server's: ``graceful-health`` (the
 :class:`~graceful.healthport.runner.HealthRunner`: the process's checks every
 second, the result handed over as one attribute) and ``graceful-health-port``
-(the :class:`~graceful.healthport.server.HealthPort`, answering from it).
+(the :class:`~graceful.healthport.server.HealthPort`, answering from it;
+``/metrics``: this process's metrics, read at each scrape).
 Neither waits for a request thread, so probes are answered while every
 request thread is busy. Built and started on the main thread of
 ``graceful serve``, closed when it returns.
@@ -20,6 +21,8 @@ from graceful.healthport.runner import HealthRunner
 from graceful.healthport.server import HealthPort
 from graceful.healthport.snapshot import Snapshot
 from graceful.healthport.view import HealthView, Heard
+from graceful.metrics.snapshot import Snapshot as MetricsSnapshot
+from graceful.metrics.snapshot import snapshot
 from graceful.wsgi.health import HealthChecks
 
 __all__ = ["LIVENESS_BOUND", "STALE_AFTER", "LocalHealth"]
@@ -80,3 +83,7 @@ class LocalHealth:
     def shutting_down(self) -> bool:
         """The process's ShutdownInitiated."""
         return self.lifecycle.shutdown_initiated.is_set()
+
+    def metrics(self) -> list[MetricsSnapshot]:
+        """This process's metrics, taken now (every read is thread-safe; nothing waits for a request thread)."""
+        return [snapshot(self.lifecycle)]

@@ -14,19 +14,22 @@ from __future__ import annotations
 import dataclasses
 from urllib.parse import unquote_to_bytes
 
-from graceful.wsgi.probes import is_probe_path, probe_target
-from graceful.wsgi.replies import NOT_ALLOWED, STATUS, headers_for
+from graceful.wsgi.probes import METRICS, METRICS_PATH, is_probe_path, probe_target
+from graceful.wsgi.replies import NOT_ALLOWED, STATUS, TEXT, headers_for
 
 __all__ = ["NOT_FOUND", "NOT_HTTP", "TOO_LARGE", "Probe", "Refusal", "encode", "parse"]
 
 NOT_HTTP = b"not an HTTP/1.x request\n"
 TOO_LARGE = b"request line and headers too large\n"
-NOT_FOUND = b"not found: the health port serves /livez, /readyz and /healthz\n"
+NOT_FOUND = b"not found: the health port serves /livez, /readyz, /healthz and /metrics\n"
 
 
 @dataclasses.dataclass(frozen=True)
 class Probe:
-    """A health path to answer: ``endpoint`` and ``check`` as :func:`probe_target` gives them, the raw query."""
+    """A health path to answer: ``endpoint`` and ``check`` as :func:`probe_target` gives them, the raw query.
+
+    ``/metrics`` is the endpoint :data:`~graceful.wsgi.probes.METRICS`, with no check.
+    """
 
     endpoint: str
     check: str | None
@@ -79,18 +82,21 @@ def route(line: bytes) -> Probe | Refusal:
     raw_path, _, raw_query = target.partition(b"?")
     # As a WSGI server would: PATH_INFO percent-decoded, both as bytes read as latin-1.
     path = unquote_to_bytes(raw_path).decode("latin-1")
-    if not is_probe_path(path):
+    metrics = path == METRICS_PATH
+    if not (metrics or is_probe_path(path)):
         return Refusal(404, NOT_FOUND, head)
     if method not in (b"GET", b"HEAD"):
         return Refusal(405, NOT_ALLOWED, head, allow="GET, HEAD")
-    endpoint, check = probe_target(path)
+    endpoint, check = (METRICS, None) if metrics else probe_target(path)
     return Probe(endpoint, check, raw_query.decode("latin-1"), head)
 
 
-def encode(status: int, body: bytes, *, head: bool = False, allow: str | None = None) -> bytes:
+def encode(
+    status: int, body: bytes, *, head: bool = False, allow: str | None = None, content_type: str = TEXT
+) -> bytes:
     """A whole ``Connection: close`` response with graceful's status line and headers; no body for HEAD."""
     lines = [f"HTTP/1.1 {STATUS[status]}"]
-    lines.extend(f"{name}: {value}" for name, value in headers_for(body, allow=allow))
+    lines.extend(f"{name}: {value}" for name, value in headers_for(body, allow=allow, content_type=content_type))
     lines.append("Connection: close")
     head_bytes = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
     return head_bytes if head else head_bytes + body

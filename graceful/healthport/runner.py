@@ -54,7 +54,9 @@ class HealthRunner:
 
     ``stopping()`` says whether this process is being stopped (a Gunicorn
     worker's own SIGTERM: recycled, replaced on HUP, or stopping with the
-    server). ``publish`` runs on the runner's thread and must not block.
+    server). ``publish`` runs on the runner's thread and must not block;
+    so does ``every_period``, called after each run of the checks (a
+    Gunicorn worker leaves its metrics for the master then).
     """
 
     def __init__(
@@ -64,6 +66,7 @@ class HealthRunner:
         publish: Callable[[Snapshot], None],
         *,
         stopping: Callable[[], bool] = lambda: False,
+        every_period: Callable[[], None] | None = None,
         period: float = PERIOD,
         tick: float = TICK,
     ) -> None:
@@ -71,6 +74,7 @@ class HealthRunner:
         self.checks = checks
         self.publish = publish
         self.stopping = stopping
+        self.every_period = every_period
         self.period = period
         self.tick = tick
         self._stop = threading.Event()
@@ -98,6 +102,8 @@ class HealthRunner:
                     checked_at = time.monotonic()
                     results = self.checks.run_user_checks()
                     published = None  # new results: publish them
+                    if self.every_period is not None:
+                        self.every_period()
                 facts = (tuple(self.lifecycle.post_start_status().items()), bool(self.stopping()))
                 if facts != published:
                     published = facts

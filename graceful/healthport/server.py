@@ -48,6 +48,7 @@ from graceful.healthport.address import HealthAddress
 from graceful.healthport.limits import Bucket, ClientBudgets, Limits
 from graceful.healthport.request import Probe, Refusal, encode, parse
 from graceful.wsgi.health import HealthResponse
+from graceful.wsgi.probes import METRICS
 
 __all__ = ["LINGER", "HealthPort", "PortStats", "Responder", "register_at_fork_weakly"]
 
@@ -86,6 +87,10 @@ class Responder(Protocol):
 
     def respond(self, endpoint: str, check: str | None, query_string: str) -> HealthResponse:
         """``endpoint`` is ``livez``, ``readyz`` or ``healthz``; ``check`` and the query as WSGI gives them."""
+        ...
+
+    def metrics(self) -> tuple[int, bytes, str]:
+        """``/metrics``: the status, the body and its content type."""
         ...
 
 
@@ -516,6 +521,13 @@ class HealthPort:
         self._reply(selector, conn, response)
 
     def _answer(self, probe: Probe) -> bytes:
+        if probe.endpoint == METRICS:
+            try:
+                status, body, content_type = self.responder.metrics()
+            except Exception:
+                logger.exception("graceful: the health port's answer to /metrics failed")
+                return encode(500, b"internal error\n", head=probe.head)
+            return encode(status, body, head=probe.head, content_type=content_type)
         try:
             answer = self.responder.respond(probe.endpoint, probe.check, probe.query)
         except Exception:

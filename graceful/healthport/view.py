@@ -21,6 +21,8 @@ Gunicorn; ``health-runner`` in a single process)::
               shutdown        fails from the server's ShutdownInitiated on
     /healthz  the /livez lines, then workers-ready (or health-runner) and the readiness
               checks (no shutdown)
+    /metrics  the merge of every snapshot Sources.metrics gives (Prometheus' text format;
+              404 without prometheus_client): under Gunicorn graceful.gunicorn.metrics
 
 Many workers, one answer: **the server passes a check when at least one
 worker passes it**, because the server serves while one worker can. The
@@ -43,6 +45,7 @@ from typing import Protocol
 
 from graceful.core.lifecycle import Lifecycle
 from graceful.healthport.snapshot import Snapshot
+from graceful.metrics.snapshot import Snapshot as MetricsSnapshot
 from graceful.wsgi.health import (
     HEALTHZ,
     LIVEZ,
@@ -54,6 +57,7 @@ from graceful.wsgi.health import (
     HealthResponse,
     respond_with,
 )
+from graceful.wsgi.probes import metrics_reply
 
 __all__ = ["HEALTH_RUNNER", "MASTER_LOOP", "WORKERS", "WORKERS_READY", "Heard", "HealthView", "Sources"]
 
@@ -87,6 +91,10 @@ class Sources(Protocol):
 
     def shutting_down(self) -> bool:
         """Whether the *server* is shutting down (an old master whose USR2 successor serves is not)."""
+        ...
+
+    def metrics(self) -> list[MetricsSnapshot]:
+        """The metrics snapshots of the whole server, to merge: read at hand, never waiting for a process."""
         ...
 
 
@@ -124,6 +132,10 @@ class HealthView:
         return respond_with(
             self.lifecycle, items, endpoint, check, query_string, failure_log=self.failures, notes=notes
         )
+
+    def metrics(self) -> tuple[int, bytes, str]:
+        """``/metrics``: the server's metrics (:meth:`Sources.metrics`, merged), or 404 without prometheus_client."""
+        return metrics_reply(snapshots=self.sources.metrics)
 
     def lines(self, endpoint: str) -> tuple[list[CheckResult], tuple[str, ...]]:
         """The checks of ``endpoint`` now, in order, and the ``warn:`` notes."""

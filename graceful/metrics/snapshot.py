@@ -21,10 +21,19 @@ health checks                          passing only when it passes in every proc
                                        the counts summed
 info                                   the first snapshot's
 =====================================  =============================================
+
+A process that is gone still counted: :func:`counters_only` keeps what it
+counted (rejections, arrivals, abandoned requests, hook runs and their
+longest duration, health check results) and drops what described it while
+it ran (in flight, signal times, whether a check passed), so a total of a
+server's processes never goes backwards when one of them is replaced.
+:func:`parse` reads a snapshot back from JSON that another process wrote,
+refusing anything that is not exactly one (a hostile file included).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, TypedDict
 
@@ -34,7 +43,18 @@ from graceful.core.stats import PHASES, REASONS
 if TYPE_CHECKING:
     from graceful.core.lifecycle import Lifecycle
 
-__all__ = ["CheckSnapshot", "HookSnapshot", "InfoSnapshot", "Snapshot", "empty", "label", "merge", "snapshot"]
+__all__ = [
+    "CheckSnapshot",
+    "HookSnapshot",
+    "InfoSnapshot",
+    "Snapshot",
+    "counters_only",
+    "empty",
+    "label",
+    "merge",
+    "parse",
+    "snapshot",
+]
 
 #: Signals whose server-wide time is the last process's, not the first's.
 _LATEST = frozenset({"InFlightRequestsDrained", "CleanupFinished"})
@@ -166,3 +186,107 @@ def merge(snapshots: Iterable[Snapshot]) -> Snapshot:
     total["hooks"] = list(hooks.values())
     total["healthchecks"] = list(checks.values())
     return total
+
+
+def counters_only(item: Snapshot) -> Snapshot:
+    """What a process that is gone counted, for a server's retained total (see the module docstring).
+
+    Its checks stay with their counts and as passing, which :func:`merge`
+    reads as "no say" in whether the server's check passes.
+    """
+    kept = merge([item])
+    kept["in_flight"] = 0
+    kept["signals"] = {}
+    kept["info"] = InfoSnapshot(version="", server="", worker_class="")
+    for check in kept["healthchecks"]:
+        check["ok"] = True
+    return kept
+
+
+def parse(data: object) -> Snapshot:
+    """A snapshot from JSON another process wrote (``json.loads``' result); ValueError for anything else.
+
+    Every field must be there with its type: counts whole numbers >= 0,
+    times and durations finite numbers, names strings. Nothing is guessed.
+    """
+    raw = _fields(data, Snapshot, "snapshot")
+    info = _fields(raw["info"], InfoSnapshot, "info")
+    return Snapshot(
+        in_flight=_count(raw["in_flight"]),
+        rejected=_counts(raw["rejected"]),
+        during_shutdown=_counts(raw["during_shutdown"]),
+        drain_abandoned=_count(raw["drain_abandoned"]),
+        signals={_text(name): _number(at) for name, at in _mapping(raw["signals"]).items()},
+        hooks=[_hook(item) for item in _sequence(raw["hooks"])],
+        healthchecks=[_check(item) for item in _sequence(raw["healthchecks"])],
+        info=InfoSnapshot(
+            version=_text(info["version"]), server=_text(info["server"]), worker_class=_text(info["worker_class"])
+        ),
+    )
+
+
+def _hook(data: object) -> HookSnapshot:
+    raw = _fields(data, HookSnapshot, "hook")
+    return HookSnapshot(
+        kind=_text(raw["kind"]),
+        name=_text(raw["name"]),
+        runs=_counts(raw["runs"]),
+        duration_s=_number(raw["duration_s"]),
+    )
+
+
+def _check(data: object) -> CheckSnapshot:
+    raw = _fields(data, CheckSnapshot, "health check")
+    ok = raw["ok"]
+    if not isinstance(ok, bool):
+        raise ValueError(f"expected true or false, got {ok!r:.40}")
+    return CheckSnapshot(
+        type=_text(raw["type"]),
+        name=_text(raw["name"]),
+        ok=ok,
+        success=_count(raw["success"]),
+        error=_count(raw["error"]),
+    )
+
+
+def _fields(data: object, shape: type, what: str) -> dict[str, object]:
+    """``data`` as a dict with exactly the keys of the TypedDict ``shape``."""
+    raw = _mapping(data)
+    wanted = set(shape.__annotations__)
+    if set(raw) != wanted:
+        raise ValueError(f"{what}: expected the keys {sorted(wanted)}, got {sorted(raw)[:20]}")
+    return raw
+
+
+def _mapping(data: object) -> dict[str, object]:
+    if not isinstance(data, dict):
+        raise ValueError(f"expected an object, got {type(data).__name__}")
+    return data
+
+
+def _sequence(data: object) -> list[object]:
+    if not isinstance(data, list):
+        raise ValueError(f"expected a list, got {type(data).__name__}")
+    return data
+
+
+def _counts(data: object) -> dict[str, int]:
+    return {_text(name): _count(value) for name, value in _mapping(data).items()}
+
+
+def _count(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"expected a count (a whole number >= 0), got {value!r:.40}")
+    return value
+
+
+def _number(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"expected a finite number, got {value!r:.40}")
+    return float(value)
+
+
+def _text(value: object) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"expected a string, got {value!r:.40}")
+    return value

@@ -13,16 +13,27 @@ the request thread that answers the probe.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from graceful.wsgi.health import ENDPOINTS, HealthChecks, HealthResponse
-from graceful.wsgi.replies import NO_METRICS, NOT_ALLOWED, reply
+from graceful.wsgi.replies import NO_METRICS, NOT_ALLOWED, TEXT, reply
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIEnvironment
 
-__all__ = ["CHECK_PREFIXES", "METRICS_PATH", "ROOT_PATHS", "answer_probe", "is_probe_path", "probe_target"]
+    from graceful.core.lifecycle import Lifecycle
+    from graceful.metrics.snapshot import Snapshot
+
+__all__ = [
+    "CHECK_PREFIXES",
+    "METRICS_PATH",
+    "ROOT_PATHS",
+    "answer_probe",
+    "is_probe_path",
+    "metrics_reply",
+    "probe_target",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -30,9 +41,11 @@ logger = logging.getLogger(__name__)
 ROOT_PATHS = {f"/{endpoint}": endpoint for endpoint in ENDPOINTS}
 #: ``/livez/``, ...: the per-check paths start so.
 CHECK_PREFIXES = tuple(f"/{endpoint}/" for endpoint in ENDPOINTS)
-#: The Prometheus metrics, on the app port only when the operator opts in.
+#: The Prometheus metrics: on the health port, and on the app port only when the operator opts in.
 METRICS_PATH = "/metrics"
-_METRICS = "metrics"
+#: ``/metrics`` as an endpoint name, as ``/livez`` is ``livez``.
+METRICS = "metrics"
+_METRICS = METRICS
 _WITH_METRICS = {**ROOT_PATHS, METRICS_PATH: _METRICS}
 
 
@@ -76,14 +89,26 @@ def answer_probe(
 
 def _answer_metrics(health: HealthChecks, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
     """``/metrics`` on the app port: this process's metrics in Prometheus' text format, or 404 without the library."""
+    status, body, content_type = metrics_reply(health.lifecycle)
+    return reply(environ, start_response, status, body, content_type=content_type)
+
+
+def metrics_reply(
+    lifecycle: Lifecycle | None = None, *, snapshots: Callable[[], Iterable[Snapshot]] | None = None
+) -> tuple[int, bytes, str]:
+    """The status, body and content type of ``/metrics``, on either port (arguments as :func:`render_metrics`).
+
+    200 with Prometheus' text format; 404 with :data:`NO_METRICS` and one
+    warning per process when prometheus_client is missing. Raises what the
+    snapshots raise.
+    """
     from graceful.metrics import CONTENT_TYPE, MetricsUnavailable, render_metrics
 
     try:
-        body = render_metrics(health.lifecycle)
+        return 200, render_metrics(lifecycle, snapshots=snapshots), CONTENT_TYPE
     except MetricsUnavailable as exc:
         _log_missing_library_once(str(exc))
-        return reply(environ, start_response, 404, NO_METRICS)
-    return reply(environ, start_response, 200, body, content_type=CONTENT_TYPE)
+        return 404, NO_METRICS, TEXT
 
 
 _missing_library_logged: list[None] = []

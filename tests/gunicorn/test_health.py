@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -17,11 +18,16 @@ import pytest
 from graceful.core.config import Config
 from graceful.core.lifecycle import Lifecycle
 from graceful.gunicorn.health import FD_ENV, HANDOFF_ENV, HealthChannel, MasterHealth, start_worker_health
+from graceful.gunicorn.metrics import WorkerMetrics
+from graceful.gunicorn.shared import WorkerFiles
 from graceful.healthport.snapshot import Snapshot
 from graceful.wsgi.health import CheckResult
+from graceful.wsgi.replies import NO_METRICS
 from tests.healthport.helpers import get
+from tests.metrics.helpers import figures, sample
 
 SOON = 5.0
+REJECTED = "graceful_requests_rejected_total"
 
 
 class Cfg:
@@ -193,6 +199,53 @@ class TestAggregation:
         assert health.shutting_down()
         server.reexec_pid = 4321
         assert not health.shutting_down()
+
+
+class TestMetrics:
+    """/metrics on the master's port: its own snapshot, then the workers' files once serve_metrics() was called."""
+
+    def test_the_masters_own_before_serve_metrics(self, made: list[MasterHealth]) -> None:
+        """Without the workers' directory, /metrics is the master's lifecycle (its health-port probes)."""
+        health = create(made, Arbiter())
+        health.start()
+        assert eventually(lambda: probe(health, "/livez")[0] == 200)
+        status, body = probe(health, "/metrics")
+        assert status == 200
+        assert sample(figures(body), "graceful_healthchecks_total", name="ping", type="livez", status="success") >= 1
+
+    def test_the_workers_files_and_the_retained_total(self, made: list[MasterHealth]) -> None:
+        """A live worker's file counts; once it is reaped its counters stay; a record from a worker folds it."""
+        server = Arbiter()
+        server.WORKERS = {11: object()}
+        files = WorkerFiles()
+        try:
+            health = create(made, server)
+            health.serve_metrics(files)
+            health.start()
+            worker = Lifecycle(Config())
+            worker.stats.rejected("max_in_flight")
+            metrics = WorkerMetrics(files, worker, pid=11)
+            metrics.final()
+            assert sample(figures(probe(health, "/metrics")[1]), REJECTED, reason="max_in_flight") == 1
+            del server.WORKERS[11]
+            server.WORKERS[12] = object()
+            health.channel.send(snapshot(12))  # the port's thread looks at the workers again: 11 is folded
+            assert eventually(lambda: files.names("metrics-") == [])
+            assert sample(figures(probe(health, "/metrics")[1]), REJECTED, reason="max_in_flight") == 1
+        finally:
+            files.remove()
+
+    def test_404_without_prometheus_client(
+        self, made: list[MasterHealth], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """Without prometheus_client: 404 with the install hint, one warning for several scrapes."""
+        monkeypatch.setitem(sys.modules, "prometheus_client", None)
+        monkeypatch.setitem(sys.modules, "prometheus_client.core", None)
+        monkeypatch.setattr("graceful.wsgi.probes._missing_library_logged", [])
+        health = create(made, Arbiter())
+        health.start()
+        assert [probe(health, "/metrics") for _ in range(2)] == [(404, NO_METRICS.decode())] * 2
+        assert len([r for r in caplog.records if "/metrics answers 404" in r.getMessage()]) == 1
 
 
 class TestTicks:

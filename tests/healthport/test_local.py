@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Iterator
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from graceful.core.config import Config
 from graceful.core.lifecycle import Lifecycle
 from graceful.healthport.address import HealthAddress
 from graceful.healthport.local import LocalHealth
 from graceful.wsgi.health import HealthChecks
+from graceful.wsgi.replies import NO_METRICS
 from tests.healthport.helpers import get
 
 SOON = 5.0
@@ -83,3 +86,31 @@ class TestLocalHealth:
         assert (local.booting(), local.master_idle(), local.shutting_down()) == (0, None, False)
         lifecycle.initiate_shutdown()
         assert local.shutting_down()
+
+    def test_metrics_are_this_processes(self, lifecycle: Lifecycle, local: LocalHealth) -> None:
+        """/metrics: this process's metrics as at the scrape (a rejection made just before is in), its probes too."""
+        lifecycle.stats.rejected("max_in_flight")
+        eventually(local, "/readyz", 200)
+        status, body = probe(local, "/metrics")
+        assert status == 200
+        families = {f.name: f for f in text_string_to_metric_families(body)}
+        rejected = {s.labels["reason"]: s.value for s in families["graceful_requests_rejected"].samples}
+        assert rejected["max_in_flight"] == 1
+        checks = {
+            (s.labels["type"], s.labels["name"], s.labels["status"]): s.value
+            for s in families["graceful_healthchecks"].samples
+            if s.name == "graceful_healthchecks_total"
+        }
+        assert checks[("readyz", "ping", "success")] >= 1
+
+    def test_metrics_404_without_prometheus_client(
+        self, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, local: LocalHealth
+    ) -> None:
+        """Without prometheus_client: 404 saying how to install it, one warning for many scrapes, probes unharmed."""
+        monkeypatch.setitem(sys.modules, "prometheus_client", None)
+        monkeypatch.setitem(sys.modules, "prometheus_client.core", None)
+        monkeypatch.setattr("graceful.wsgi.probes._missing_library_logged", [])
+        answers = [probe(local, "/metrics") for _ in range(3)]
+        assert answers == [(404, NO_METRICS.decode())] * 3
+        assert len([r for r in caplog.records if "/metrics answers 404" in r.getMessage()]) == 1
+        assert eventually(local, "/livez", 200)[0] == 200

@@ -52,13 +52,17 @@ class TestRoute:
             (b"GET http://10.0.0.1:8081/livez?verbose HTTP/1.1", Probe("livez", None, "verbose", False)),
             (b"GET /%72eadyz HTTP/1.1", Probe("readyz", None, "", False)),
             (b"GET /readyz/caf%C3%A9 HTTP/1.1", Probe("readyz", "caf\xc3\xa9", "", False)),
+            (b"GET /metrics HTTP/1.1", Probe("metrics", None, "", False)),
+            (b"HEAD /metrics?x HTTP/1.1", Probe("metrics", None, "x", True)),
         ],
     )
     def test_probes(self, line: bytes, probe: Probe) -> None:
-        """Health paths give endpoint, check and raw query as WSGI would (percent-decoded, latin-1)."""
+        """Health paths (and /metrics) give endpoint, check and raw query as WSGI would (percent-decoded, latin-1)."""
         assert route(line) == probe
 
-    @pytest.mark.parametrize("line", [b"GET / HTTP/1.1", b"GET /readyzz HTTP/1.1", b"GET http://host HTTP/1.1"])
+    @pytest.mark.parametrize(
+        "line", [b"GET / HTTP/1.1", b"GET /readyzz HTTP/1.1", b"GET http://host HTTP/1.1", b"GET /metrics/x HTTP/1.1"]
+    )
     def test_other_paths_are_404(self, line: bytes) -> None:
         """Any other path is a 404 saying what the port serves."""
         assert route(line) == Refusal(404, NOT_FOUND)

@@ -35,12 +35,19 @@ class Fixed:
         self.calls.append((endpoint, check, query_string))
         return HealthResponse(200, "ok")
 
+    def metrics(self) -> tuple[int, bytes, str]:
+        self.calls.append(("metrics", None, ""))
+        return 200, b"graceful_requests_in_flight 3.0\n", "text/plain; version=0.0.4; charset=utf-8"
+
 
 class Raising:
     """A responder that always raises."""
 
     def respond(self, endpoint: str, check: str | None, query_string: str) -> HealthResponse:
         raise RuntimeError("responder bug")
+
+    def metrics(self) -> tuple[int, bytes, str]:
+        raise RuntimeError("metrics bug")
 
 
 def started(responder: object = None, **limits: float) -> HealthPort:
@@ -122,17 +129,29 @@ class TestAnswers:
     def test_other_paths_and_methods(self, port: HealthPort) -> None:
         """Unknown paths are 404s; POST is a 405 with Allow; the responder is not asked."""
         assert get(port, "/")[0] == 404
-        assert get(port, "/metrics")[0] == 404
+        assert get(port, "/metricsz")[0] == 404
         status, headers, _ = get(port, "/readyz", "POST")
         assert (status, headers["Allow"]) == (405, "GET, HEAD")
+        assert get(port, "/metrics", "POST")[0] == 405
         assert port.responder.calls == []  # type: ignore[attr-defined]
 
+    def test_metrics_with_their_content_type(self, port: HealthPort) -> None:
+        """/metrics is the responder's metrics() with its content type and graceful's headers; HEAD has no body."""
+        status, headers, body = get(port, "/metrics")
+        assert (status, body) == (200, b"graceful_requests_in_flight 3.0\n")
+        assert headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
+        assert (headers["Cache-Control"], headers["X-Content-Type-Options"]) == ("no-store", "nosniff")
+        status, headers, body = get(port, "/metrics", "HEAD")
+        assert (status, headers["Content-Length"], body) == (200, "32", b"")
+        assert port.responder.calls == [("metrics", None, "")] * 2  # type: ignore[attr-defined]
+
     def test_a_raising_responder_is_a_500(self, caplog: pytest.LogCaptureFixture) -> None:
-        """A responder that raises gives a logged 500, and the port keeps answering."""
+        """A responder that raises (a probe or /metrics) gives a logged 500, and the port keeps answering."""
         server = started(Raising())
         try:
             with caplog.at_level(logging.ERROR, logger="graceful.healthport.server"):
                 assert get(server, "/readyz")[:1] == (500,)
+                assert get(server, "/metrics")[0] == 500
                 assert get(server, "/readyz")[0] == 500
             assert any(r.exc_info for r in caplog.records)
         finally:

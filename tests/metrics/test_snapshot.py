@@ -3,11 +3,25 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
 
 from graceful.core.clock import unix_time
 from graceful.core.config import Config
 from graceful.core.lifecycle import Lifecycle
-from graceful.metrics.snapshot import CheckSnapshot, HookSnapshot, InfoSnapshot, Snapshot, empty, merge, snapshot
+from graceful.metrics.snapshot import (
+    CheckSnapshot,
+    HookSnapshot,
+    InfoSnapshot,
+    Snapshot,
+    counters_only,
+    empty,
+    merge,
+    parse,
+    snapshot,
+)
 from graceful.testing import FakeClock, run_shutdown
 
 
@@ -84,3 +98,75 @@ class TestMerge:
     def test_nothing_to_merge(self) -> None:
         """No snapshot at all merges to the empty one."""
         assert merge([]) == empty()
+
+
+class TestCountersOnly:
+    def test_keeps_counters_and_drops_gauges(self) -> None:
+        """A gone process keeps its rejections, arrivals, abandoned, hook runs, the longest run and check counts;
+        loses its in-flight count, signal times, info and its check's failing."""
+        kept = counters_only(worker(4, 2, 3, 100.0, 105.0, False, 0.5))
+        assert (kept["in_flight"], kept["signals"], kept["drain_abandoned"]) == (0, {}, 1)
+        assert kept["rejected"] == {"shutting_down": 2, "draining": 1, "max_in_flight": 0}
+        assert kept["during_shutdown"] == {"delay": 3, "draining": 2}
+        assert kept["hooks"] == [HookSnapshot(kind="cleanup_task", name="flush", runs={"ok": 1}, duration_s=0.5)]
+        assert kept["healthchecks"] == [CheckSnapshot(type="readyz", name="db", ok=True, success=3, error=1)]
+        assert kept["info"] == InfoSnapshot(version="", server="", worker_class="")
+
+    def test_has_no_say_in_a_live_check(self) -> None:
+        """Merged with a live process, a gone one's check counts add up and the live one's pass or fail stands."""
+        gone = counters_only(worker(1, 0, 0, 1.0, 2.0, False, 0.1))
+        live = worker(2, 0, 0, 1.0, 2.0, False, 0.1)
+        (check,) = merge([live, gone])["healthchecks"]
+        assert (check["ok"], check["success"], check["error"]) == (False, 6, 2)
+        live["healthchecks"][0]["ok"] = True
+        assert merge([gone, live])["healthchecks"][0]["ok"] is True
+
+    def test_leaves_its_argument_alone(self) -> None:
+        """The snapshot given is not changed."""
+        data = worker(1, 2, 3, 100.0, 105.0, False, 0.5)
+        before = json.loads(json.dumps(data))
+        counters_only(data)
+        assert data == before
+
+
+class TestParse:
+    def test_reads_back_what_a_process_wrote(self) -> None:
+        """A snapshot through JSON parses to itself (a real one, from a lifecycle, too)."""
+        data = worker(1, 2, 3, 100.0, 105.0, True, 0.5)
+        assert parse(json.loads(json.dumps(data))) == data
+        real = snapshot(Lifecycle(Config(), clock=FakeClock()))
+        assert parse(json.loads(json.dumps(real))) == real
+
+    @pytest.mark.parametrize(
+        "change",
+        [
+            lambda d: d.pop("in_flight"),
+            lambda d: d.update(extra=1),
+            lambda d: d.update(in_flight=-1),
+            lambda d: d.update(in_flight=True),
+            lambda d: d.update(in_flight="3"),
+            lambda d: d.update(in_flight=1.5),
+            lambda d: d.update(rejected=[1, 2]),
+            lambda d: d["rejected"].update(max_in_flight=None),
+            lambda d: d["signals"].update(ShutdownInitiated="soon"),
+            lambda d: d.update(hooks={}),
+            lambda d: d["hooks"].append("flush"),
+            lambda d: d["hooks"][0].update(runs={"ok": -2}),
+            lambda d: d["hooks"][0].update(duration_s=float("nan")),
+            lambda d: d["healthchecks"][0].update(ok=1),
+            lambda d: d["healthchecks"][0].pop("name"),
+            lambda d: d["info"].update(version=2),
+        ],
+    )
+    def test_refuses_anything_else(self, change: Callable[[dict[str, Any]], object]) -> None:
+        """A missing or extra key, a wrong type, a negative count or a non-finite time is a ValueError."""
+        data: dict[str, Any] = json.loads(json.dumps(worker(1, 2, 3, 100.0, 105.0, True, 0.5)))
+        change(data)
+        with pytest.raises(ValueError):
+            parse(data)
+
+    @pytest.mark.parametrize("data", [None, [], "snapshot", 3, {}])
+    def test_refuses_what_is_not_an_object_of_it(self, data: object) -> None:
+        """Not an object with the snapshot's keys: a ValueError."""
+        with pytest.raises(ValueError):
+            parse(data)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import http.client
 import json
 import os
@@ -26,6 +27,7 @@ from graceful.process.sockets import accept_queue_length
 from graceful.serve.server import AppImportError, GracefulServer, load_app, wrap_app
 from graceful.wsgi.middleware import GracefulMiddleware
 from tests.conftest import QUICK_HOOKS_ORDER, ROOT, Processes
+from tests.metrics.helpers import figures, sample, scrape
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
@@ -703,6 +705,44 @@ class TestHealthPort:
             assert probe(served.port, "/livez") == "TimeoutError"
             answers = [probe(health, ("/livez", "/readyz")[index % 2]) for index in range(10)]
             assert answers == ["200"] * 10
+            assert [future.result().status_code for future in busy] == [200] * 4
+
+    def test_metrics_count_what_the_client_saw(self, serve_app: Callable[..., Served]) -> None:
+        """GRACEFUL_MAX_IN_FLIGHT=1, bursts of three, probes on both ports: /metrics on the health port has every
+        429 and every probe, exactly, and nothing in flight."""
+        served = serve_app(args=("--threads", "4", "--health-bind", "127.0.0.1:0"), GRACEFUL_MAX_IN_FLIGHT="1")
+        health = health_port_of(served)
+        seen: collections.Counter[str] = collections.Counter()
+        with ThreadPoolExecutor(3) as pool:
+            for _ in range(10):
+                burst = [pool.submit(get, served.url + "/slow?seconds=0.2") for _ in range(3)]
+                seen[f"app livez {probe(served.port, '/livez', timeout=10)}"] += 1
+                seen[f"port livez {probe(health, '/livez')}"] += 1
+                for future in burst:
+                    seen[f"slow {future.result().status_code}"] += 1
+        assert set(seen) <= {"slow 200", "slow 429", "app livez 200", "port livez 200"}, seen
+        assert seen["slow 429"] > 0
+        status, _, body = scrape(health)
+        data = figures(body)
+        assert status == 200
+        assert sample(data, "graceful_requests_rejected_total", reason="max_in_flight") == seen["slow 429"]
+        assert sample(data, "graceful_healthchecks_total", name="ping", type="livez", status="success") == 20
+        assert sample(data, "graceful_requests_in_flight") == 0
+        info = [dict(labels) for (name, labels), _ in data.items() if name == "graceful_info"]
+        assert [entry["server"] for entry in info] == ["graceful serve"]
+
+    def test_a_scrape_answers_while_every_request_thread_is_busy(self, serve_app: Callable[..., Served]) -> None:
+        """--threads 2, four clients of 3 s requests: the app's port times out, /metrics on the health port answers
+        within 1 s with the two requests in flight."""
+        served = serve_app(args=("--threads", "2", "--health-bind", "127.0.0.1:0"))
+        health = health_port_of(served)
+        with ThreadPoolExecutor(4) as pool:
+            busy = [pool.submit(get, served.url + "/slow?seconds=3") for _ in range(4)]
+            time.sleep(1.0)
+            assert probe(served.port, "/livez") == "TimeoutError"
+            status, headers, body = scrape(health)
+            assert status == 200 and headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
+            assert sample(figures(body), "graceful_requests_in_flight") == 2
             assert [future.result().status_code for future in busy] == [200] * 4
 
     def test_readiness_until_exit(self, serve_app: Callable[..., Served]) -> None:
