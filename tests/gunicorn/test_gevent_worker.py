@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import Processes
 
-pytestmark = [pytest.mark.e2e, pytest.mark.gunicorn]
+pytestmark = [pytest.mark.e2e, pytest.mark.gunicorn, pytest.mark.release]
 
 
 def check(processes: Processes, mode: str) -> tuple[dict[str, object], str]:

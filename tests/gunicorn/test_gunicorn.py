@@ -174,6 +174,7 @@ def _queued_at_the_stop_are_answered(server: Server) -> None:
 
 
 @pytest.mark.parametrize("worker", ALL_WORKERS)
+@pytest.mark.release
 class TestShutdownDelay:
     def test_readyz_fails_while_livez_and_requests_succeed(self, gunicorn, worker: str) -> None:  # type: ignore[no-untyped-def]
         """After SIGTERM /readyz is 503, /livez 200, and requests on new and reused connections succeed."""
@@ -305,6 +306,7 @@ def _process_stops(server: Server, reason: str, count: int) -> None:
 
 
 @pytest.mark.parametrize("worker", ALL_WORKERS)
+@pytest.mark.release
 class TestNotAShutdown:
     def test_hup_keeps_readiness_and_runs_no_server_hook(self, gunicorn, worker: str) -> None:  # type: ignore[no-untyped-def]
         """HUP re-executes the config (no duplicate error), replaced workers say why and clean up, readiness stays."""
@@ -346,6 +348,7 @@ class TestNotAShutdown:
         assert server.exit_code() == 0
 
 
+@pytest.mark.release
 class TestWorkerTimeout:
     def test_a_worker_killed_by_its_timeout_cleans_up_and_the_others_serve(self, gunicorn) -> None:  # type: ignore[no-untyped-def]
         """sync --timeout 2: the hung worker is aborted, says so and runs its cleanup; the others serve on."""
@@ -451,6 +454,7 @@ class TestConfigForms:
         _queued_at_the_stop_are_answered(server)
 
 
+@pytest.mark.release
 class TestListenerOptions:
     @pytest.mark.parametrize("worker", ["gthread", "gevent"])
     def test_reuse_port_in_flight_requests_complete(self, gunicorn, worker: str) -> None:  # type: ignore[no-untyped-def]
@@ -703,6 +707,7 @@ def _markers(directory: Path) -> dict[str, dict[int, int]]:
 
 
 @pytest.mark.parametrize("worker", ALL_WORKERS)
+@pytest.mark.release
 class TestBinaryUpgrade:
     def test_term_to_the_old_master_stops_only_its_workers(self, gunicorn, tmp_path: Path, worker: str) -> None:  # type: ignore[no-untyped-def]
         """USR2, then TERM the old master: a process stop; later TERM to the new master runs the timeline once.
@@ -775,6 +780,7 @@ class TestBinaryUpgrade:
         assert _markers(markers) == {"pre": {old: 1}, "cleanup": {new: 2, old: 2}}
 
 
+@pytest.mark.release
 class TestUpgradeWithReusePort:
     @pytest.mark.skipif(_gunicorn_version() >= (24, 0), reason="Gunicorn 24+ cannot re-exec with reuse_port")
     def test_usr2_with_reuse_port(self, gunicorn) -> None:  # type: ignore[no-untyped-def]

@@ -203,6 +203,7 @@ class TestTimeline:
         assert len(server.server.matching("readiness check 'db' failing: RuntimeError: connection refused")) == 1
 
 
+@pytest.mark.release
 class TestRestarts:
     def test_hup_and_recycling_keep_answering(self, processes: Processes) -> None:
         """Through max_requests recycling under traffic and a HUP, /livez answers 200 every time and /readyz

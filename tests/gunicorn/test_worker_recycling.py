@@ -29,7 +29,7 @@ import pytest
 from tests.conftest import Processes
 from tests.e2e_harness import Gunicorn, LoadGenerator, Record, free_port, markdown_table
 
-pytestmark = [pytest.mark.e2e, pytest.mark.gunicorn]
+pytestmark = [pytest.mark.e2e, pytest.mark.gunicorn, pytest.mark.release]
 
 #: Seconds of load per run, and keep-alive clients.
 DURATION = 8.0
