@@ -649,7 +649,8 @@ class Traffic:
 
     def __init__(self, server: Server, clients: int = 2) -> None:
         self.url = server.url
-        self.records: list[tuple[float, str, str]] = []  # (sent at, path, "200" or the error's class)
+        # (sent at, path, "200" or the error's class, answered at): monotonic times.
+        self.records: list[tuple[float, str, str, float]] = []
         self._stop = threading.Event()
         self._threads = [threading.Thread(target=self._run, args=("/", 0.01), daemon=True) for _ in range(clients)]
         self._threads.append(threading.Thread(target=self._run, args=("/readyz", 0.05), daemon=True))
@@ -674,16 +675,20 @@ class Traffic:
                 outcome = str(requests.get(self.url + path, timeout=10).status_code)
             except requests.RequestException as exc:
                 outcome = type(exc).__name__
-            self.records.append((sent, path, outcome))
+            self.records.append((sent, path, outcome, time.monotonic()))
             self._stop.wait(pause)
 
     def outcomes(self, path: str, start: float, end: float) -> list[str]:
         """What the requests to ``path`` sent between ``start`` and ``end`` (monotonic) got."""
-        return [outcome for sent, where, outcome in list(self.records) if where == path and start <= sent < end]
+        return [outcome for sent, where, outcome, _ in list(self.records) if where == path and start <= sent < end]
 
-    def failures(self, before: float) -> list[tuple[float, str, str]]:
-        """Every request sent before ``before`` that did not get a 200."""
-        return [record for record in list(self.records) if record[0] < before and record[2] != "200"]
+    def failures(self, before: float) -> list[tuple[float, str, str, float]]:
+        """Every request answered before ``before`` that did not get a 200.
+
+        Answered, not sent: a ``/readyz`` sent just before a server's own SIGTERM may be
+        answered after it, rightly 503.
+        """
+        return [record for record in list(self.records) if record[3] < before and record[2] != "200"]
 
 
 def _usr2(server: Server) -> int:
@@ -806,7 +811,7 @@ class TestUpgradeWithReusePort:
         finally:
             traffic.stop()
             _stop_foreign_master(new)
-        outcomes = [outcome for _sent, _path, outcome in traffic.records]
+        outcomes = [outcome for _sent, _path, outcome, _answered in traffic.records]
         assert outcomes and set(outcomes) == {"200"}
         assert server.matching(rf"\[{old}\].*graceful: SIGTERM with a live new master")
 
