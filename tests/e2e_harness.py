@@ -87,6 +87,37 @@ WORKERS: dict[str, tuple[str, ...]] = {
 #: Lines that must never appear in a graceful Gunicorn's log (a traceback, gevent's listener error).
 LOG_PROBLEMS = re.compile(r"Traceback|Errno 22|failed with")
 
+#: gevent's open issue 2130: on CPython 3.13, under monkey-patching, a thread that ends (graceful's
+#: sampler at CleanupFinished) may make threading raise a KeyError in its own _delete(), printed
+#: either by threading ("Exception ignored in thread started by <bound method Thread._bootstrap ...")
+#: or by gevent (a traceback through Thread._bootstrap, then "<Greenlet ...> failed with KeyError").
+_GEVENT_2130_START = re.compile(r"Exception ignored in thread started by <bound method Thread\._bootstrap|Traceback \(")
+_GEVENT_2130_END = re.compile(r"KeyError: \d+")
+_GEVENT_2130_AFTER = re.compile(r"<Greenlet at .*Thread\._bootstrap.* failed with KeyError")
+
+
+def without_gevent_2130(lines: Sequence[str]) -> list[str]:
+    """``lines`` without the blocks of gevent's issue 2130 (see above): every other line, traceback or not."""
+    kept: list[str] = []
+    i = 0
+    while i < len(lines):
+        if _GEVENT_2130_START.match(lines[i]):
+            block = lines[i : i + 14]
+            end = next((k for k, line in enumerate(block) if _GEVENT_2130_END.fullmatch(line.strip())), None)
+            if (
+                end is not None
+                and any("in _delete" in line for line in block[:end])
+                and any("_bootstrap" in line for line in block[:end])
+            ):
+                i += end + 1
+                if i < len(lines) and _GEVENT_2130_AFTER.search(lines[i]):
+                    i += 1
+                continue
+        kept.append(lines[i])
+        i += 1
+    return kept
+
+
 ROLLING = "rolling restart behind HAProxy"
 DIRECT = "direct SIGTERM, no load balancer"
 
@@ -464,7 +495,10 @@ class Managed:
 
     def problems(self) -> list[str]:
         """Its output lines that must never appear (:data:`LOG_PROBLEMS`)."""
-        return self.output.matching(LOG_PROBLEMS) if self.output is not None else []
+        if self.output is None:
+            return []
+        lines = without_gevent_2130([line for _at, line in self.output.lines])
+        return [line for line in lines if LOG_PROBLEMS.search(line)]
 
 
 class Gunicorn(Managed):
