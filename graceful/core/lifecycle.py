@@ -549,8 +549,19 @@ class Lifecycle(Registrations):
         # The child counts and samples its own requests (a Gunicorn master's serve none).
         self.stats = RequestStats(self.clock)
         self.serves_requests = True
+        # Forked during the shutdown delay: resume_after_fork() counts and samples it, once the
+        # child may start a thread (a thread started before gevent's monkey-patching is an OS
+        # thread that threading, once patched, cannot account for when it ends).
         self._sampler = None
-        if self.shutdown_initiated.fired_at is not None:  # forked during the shutdown delay
+
+    def resume_after_fork(self) -> None:
+        """In a child forked during the shutdown delay: count and sample its requests from now on.
+
+        Nothing otherwise. A Gunicorn worker calls this in ``post_worker_init`` (main
+        thread), after its own initialisation (gevent's monkey-patching included) and
+        before it serves: :meth:`reinit_after_fork` runs in ``post_fork`` and starts no thread.
+        """
+        if self.shutdown_initiated.fired_at is not None:
             self._observe_shutdown()
 
     def renew_after_patch(self) -> None:

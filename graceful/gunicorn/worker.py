@@ -120,6 +120,7 @@ class WorkerShutdown:
         # gevent first: the lifecycle's events and locks must be cooperative before anything uses them.
         gevent = gevent_worker.prepare(self.worker, lifecycle) if self.kind == "gevent" else None
         self.worker.wsgi = GracefulMiddleware(self.worker.wsgi, lifecycle)
+        lifecycle.resume_after_fork()  # forked during the delay: its sampler, now that threads may start
         if hasattr(self.worker, "accept"):  # sync and gthread accept in a method; gevent in its servers
             self._guard_accept()
         gthread = GthreadStop.install(self.worker) if self.kind == "gthread" else None

@@ -513,6 +513,25 @@ class TestObservation:
         assert lc.stats.rejections()["draining"] == 0
         assert lc.serves_requests
 
+    def test_a_copy_forked_in_the_delay_samples_only_once_resumed(self) -> None:
+        """reinit_after_fork in the delay starts no thread; resume_after_fork then counts and samples."""
+        lc = Lifecycle(Config(shutdown_delay=5), clock=FakeClock())
+        lc.initiate_shutdown()
+        lc.reinit_after_fork()
+        assert lc.samples == []
+        lc.resume_after_fork()
+        assert len(lc.samples) == 1  # the sampler's first sample, taken as it starts
+        lc.resume_after_fork()  # once
+        assert len(lc.samples) == 1
+        lc.cleanup_finished.fire()
+
+    def test_resuming_a_copy_forked_before_any_shutdown_does_nothing(self) -> None:
+        """resume_after_fork outside a shutdown starts nothing."""
+        lc = Lifecycle(Config(shutdown_delay=5), clock=FakeClock())
+        lc.reinit_after_fork()
+        lc.resume_after_fork()
+        assert lc.samples == []
+
     def test_a_dropped_lifecycle_does_not_keep_its_sampler(self) -> None:
         """A lifecycle dropped in the middle of its shutdown lets its sampler thread end."""
         import gc
