@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CHECK_PREFIXES",
+    "METRICS",
     "METRICS_PATH",
     "ROOT_PATHS",
     "answer_probe",
@@ -45,8 +46,6 @@ CHECK_PREFIXES = tuple(f"/{endpoint}/" for endpoint in ENDPOINTS)
 METRICS_PATH = "/metrics"
 #: ``/metrics`` as an endpoint name, as ``/livez`` is ``livez``.
 METRICS = "metrics"
-_METRICS = METRICS
-_WITH_METRICS = {**ROOT_PATHS, METRICS_PATH: _METRICS}
 
 
 def is_probe_path(path: str) -> bool:
@@ -73,10 +72,10 @@ def answer_probe(
 ) -> Iterable[bytes]:
     """Answer the health path ``path``; anything unexpected becomes a logged 500, never an exception."""
     try:
-        endpoint, check = (_METRICS, None) if path == METRICS_PATH else probe_target(path)
+        endpoint, check = (METRICS, None) if path == METRICS_PATH else probe_target(path)
         if environ.get("REQUEST_METHOD") not in ("GET", "HEAD"):
             return reply(environ, start_response, 405, NOT_ALLOWED, allow="GET, HEAD")
-        if endpoint == _METRICS:
+        if endpoint == METRICS:
             return _answer_metrics(health, environ, start_response)
         query = environ.get("QUERY_STRING")
         response = health.respond(endpoint, check, query if isinstance(query, str) else "")
