@@ -21,6 +21,7 @@ import requests
 
 import graceful
 from tests.conftest import QUICK_HOOKS_ORDER, ROOT, Processes
+from tests.core.test_lifecycle import RETRY_AFTER_ORDER
 
 pytestmark = [pytest.mark.e2e, pytest.mark.gunicorn]
 
@@ -878,15 +879,7 @@ class TestShutdownRecord:
         )
         signals = record["signals"]
         assert signals["ShutdownInitiated"] == 0.0
-        assert list(signals) == [
-            "ShutdownInitiated",
-            "AfterShutdownDelayDuration",
-            "PreShutdownHooksStopped",
-            "NotAcceptingNewRequests",
-            "InFlightRequestsDrained",
-            "HTTPServerStoppedListening",
-            "CleanupFinished",
-        ]
+        assert list(signals) == RETRY_AFTER_ORDER  # the lifecycle's own order in retry-after mode
         assert record["duration_s"] == signals["CleanupFinished"]
         samples = record["samples"]
         assert samples["t_s"][0] < 0.1 and samples["t_s"][-1] > signals["NotAcceptingNewRequests"]
