@@ -30,10 +30,11 @@ So graceful takes the stop over, on every release alike:
    Gunicorn registers connections from other threads); while ``alive``
    stays True Gunicorn serves every kept-alive connection's next request,
    closing it after, and closes idle ones at their keep-alive timeout, as in
-   normal operation; once no connection is left (``nr_conns == 0``), or the
-   drain's deadline has come, Gunicorn's SIGTERM handler runs and its main
-   loop is woken (24+: its method queue; 22/23: a pipe of ours in its
-   poller), and it stops with nothing left to lose.
+   normal operation; once the main loop has finished the accepts it may
+   have begun before (:meth:`GthreadStop.stop`) and no connection is left
+   (``nr_conns == 0``), or the drain's deadline has come, Gunicorn's SIGTERM
+   handler runs and its main loop is woken (24+: its method queue; 22/23: a
+   pipe of ours in its poller), and it stops with nothing left to lose.
 
 Each Gunicorn internal used here is looked for first (:meth:`GthreadStop.install`):
 a release without one of them gets Gunicorn's own stop, with one warning.
@@ -93,12 +94,22 @@ class _MainLoop24:
     def wake(self) -> None:
         self.worker.method_queue.defer(_nothing)
 
+    def wait_for_late_accepts(self, deadline: float, pause: threading.Event) -> None:
+        """Nothing to wait for: a connection 24+'s loop accepts late is served by its own stop.
+
+        After its loop, Gunicorn 24+ keeps dispatching events until
+        ``nr_conns`` is 0 (bounded by ``graceful_timeout``), so a connection
+        its ``select()`` found just before the listeners left is served there.
+        """
+
 
 class _MainLoop22:
     """Gunicorn 22/23: listeners leave the poller by hand; a pipe of ours in the poller wakes the loop."""
 
     def __init__(self, worker: Any) -> None:
         self.worker = worker
+        #: Turns of the main loop that read our pipe; written by its thread only.
+        self.turns = 0
         self._read, self._write = os.pipe()
         os.set_blocking(self._read, False)
         os.set_blocking(self._write, False)
@@ -106,9 +117,10 @@ class _MainLoop22:
             worker.poller.register(self._read, selectors.EVENT_READ, self._woken)
 
     def _woken(self, _fileobj: object) -> None:
-        # Worker main thread, called by the poller: the byte only ends its select().
+        # Worker main thread, called by the poller: the byte ends its select(), and the turn is counted.
         with contextlib.suppress(OSError):
             os.read(self._read, 64)
+        self.turns += 1
 
     def stop_accepting(self) -> None:
         stop_accepting_22(self.worker)
@@ -116,6 +128,23 @@ class _MainLoop22:
     def wake(self) -> None:
         with contextlib.suppress(OSError):  # a full pipe wakes it as well
             os.write(self._write, b"x")
+
+    def wait_for_late_accepts(self, deadline: float, pause: threading.Event) -> None:
+        """Return once the main loop has done every accept it may have begun before it stopped accepting.
+
+        Its ``select()`` may have found a listener readable just before the
+        listeners left its poller: it accepts that connection after, and
+        ``nr_conns`` reads 0 until it does. Handing over then would lose it:
+        22/23's stop closes the poller with the connection waiting in it,
+        unread. The turn of the loop that reads our pipe may be the very turn
+        that began before (the pipe appears once per turn); the next one that
+        reads it began after, so two are waited for, each bounded by ``deadline``.
+        """
+        for _ in range(2):
+            turn = self.turns + 1
+            self.wake()
+            while self.turns < turn and time.monotonic() < deadline:
+                pause.wait(CONNECTIONS_POLL)
 
 
 def _missing(worker: Any) -> str | None:
@@ -193,6 +222,7 @@ class GthreadStop:
         worker = self.worker
         self.stop_accepting()
         pause = threading.Event()
+        self._loop.wait_for_late_accepts(deadline, pause)
         while worker.nr_conns > 0 and time.monotonic() < deadline:
             pause.wait(CONNECTIONS_POLL)
         left = int(worker.nr_conns)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import selectors
 import socket
@@ -186,9 +187,93 @@ class TestStop:
         worker = OldGthreadWorker(listeners)
         stop = GthreadStop.install(worker)
         assert stop is not None
-        stop.stop(time.monotonic() + 1, lambda _sig, _frame: None)
+        with main_loop(worker) as end_loop:
+            # Gunicorn's loop ends at its SIGTERM handler: the wake-up after is left for its stop to read.
+            stop.stop(time.monotonic() + 10, lambda _sig, _frame: end_loop())
         keys = list(worker.poller.get_map().values())
         assert [key.fileobj for key in keys if isinstance(key.fileobj, socket.socket)] == []
-        [(key, _events)] = worker.poller.select(1.0)  # the wake-up: what Gunicorn's loop would see
+        [(key, _events)] = worker.poller.select(1.0)  # the hand-over's wake-up: what Gunicorn's loop would see
         key.data(key.fileobj)
         assert worker.poller.select(0) == []  # drained by its callback
+
+
+@contextlib.contextmanager
+def main_loop(worker: OldGthreadWorker) -> Iterator[Callable[[], None]]:
+    """Gunicorn 22/23's gthread main loop, reduced to select and dispatch, on a thread; yields its end."""
+    done = threading.Event()
+
+    def run() -> None:
+        while not done.is_set():
+            for key, _events in worker.poller.select(0.02):
+                key.data(key.fileobj)
+
+    def end() -> None:
+        done.set()
+        thread.join(10)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        yield end
+    finally:
+        end()
+
+
+class TestLateAccept22:
+    def test_a_connection_the_loop_accepts_after_the_listeners_left_is_served_first(
+        self, listeners: list[socket.socket]
+    ) -> None:
+        """22/23: the loop's select() found a listener just before it left: the hand-over waits for that accept.
+
+        Gunicorn 22/23 close the poller at their stop with such a connection
+        in it, unread: handing over while ``nr_conns`` still read 0 lost it.
+        """
+        worker = OldGthreadWorker(listeners)
+        in_accept, go_on = threading.Event(), threading.Event()
+        order: list[str] = []
+        accepted: list[socket.socket] = []
+
+        def accept(listener: socket.socket) -> None:
+            # The loop's thread, descheduled between its select() and the accept.
+            in_accept.set()
+            go_on.wait(10)
+            accepted.append(listener.accept()[0])
+            worker.nr_conns += 1
+            order.append("accepted")
+
+        for sock in listeners:
+            worker.poller.modify(sock, selectors.EVENT_READ, accept)
+        stop = GthreadStop.install(worker)
+        assert stop is not None
+        handed_over = threading.Event()
+
+        def gunicorn_term(_sig: int, _frame: object) -> None:
+            order.append(f"handed over with {worker.nr_conns} open")
+            handed_over.set()
+
+        with socket.create_connection(listeners[0].getsockname(), timeout=5), main_loop(worker):
+            assert in_accept.wait(10)
+            stopping = threading.Thread(target=stop.stop, args=(time.monotonic() + 30, gunicorn_term))
+            stopping.start()
+            assert not handed_over.wait(0.5), order  # nr_conns reads 0 here, and the accept is still to come
+            go_on.set()
+            deadline = time.monotonic() + 10
+            while not accepted and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert not handed_over.wait(0.2), order  # the accepted connection is still open
+            worker.nr_conns -= 1  # its request is answered and it is closed
+            order.append("answered")
+            stopping.join(10)
+        for conn in accepted:
+            conn.close()
+        assert order == ["accepted", "answered", "handed over with 0 open"]
+
+    def test_24_has_no_late_accept_to_wait_for(self) -> None:
+        """24+ serves what its loop accepted late in its own stop: the hand-over does not wait for the loop."""
+        worker = NewGthreadWorker()
+        stop = GthreadStop.install(worker)
+        assert stop is not None
+        calls: list[int] = []
+        # No main loop runs here: had the stop waited for one, it would hand over only at the deadline.
+        assert stop.stop(time.monotonic() + 30, lambda _sig, _frame: calls.append(worker.nr_conns)) == 0
+        assert calls == [0] and worker.cfg.settings["graceful_timeout"] >= 29
