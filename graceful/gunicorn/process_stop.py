@@ -138,8 +138,10 @@ class ProcessStop:
             self.started_at = time.monotonic() if at is None else at
             self.reason = reason
             self.stopping = True
-        if reason is not None:
-            logger.info("graceful: worker %d stopping (%s)", self.pid, reason.value)
+            if reason is not None:
+                # Under the lock: the main thread's own begin() at worker_exit waits for this
+                # line, or a worker that has nothing to drain exits before the thread writes it.
+                logger.info("graceful: worker %d stopping (%s)", self.pid, reason.value)
         return True
 
     def reason_now(self) -> StopReason | None:

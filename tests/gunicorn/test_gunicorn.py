@@ -298,15 +298,10 @@ SERVER_SIGNALS = (
 
 
 def _process_stops(server: Server, reason: str, count: int) -> None:
-    """Wait until ``count`` workers logged a whole process stop for ``reason``: drain, cleanup, stopped.
-
-    Keyed on the last line, "stopped (reason)". (Once, on Gunicorn 25, a worker TERMed by
-    HUP while it booted logged its drain, cleanup and "stopped (reload)" but not its
-    "stopping (reload)" line; that is not understood yet, so it is not asserted per worker.)
-    """
+    """Wait until ``count`` workers logged a whole process stop for ``reason``: stopping, drain, cleanup, stopped."""
     stopped = server.wait_for(rf"graceful: worker \d+ stopped \({reason}\)", count=count)
-    assert server.matching(rf"graceful: worker \d+ stopping \({reason}\)")
     for pid in (re.findall(r"worker (\d+) stopped", line)[0] for line in stopped):
+        assert server.matching(rf"\[{pid}\].*graceful: worker {pid} stopping \({reason}\)"), pid
         assert server.matching(rf"\[{pid}\].*graceful: worker {pid} drained \d+ request"), pid
         assert server.matching(rf"\[{pid}\].*graceful: cleanup task 'flush' ok"), pid
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from types import FrameType
@@ -76,6 +77,38 @@ class TestBegin:
             assert not stop.begin(StopReason.SCALE_IN)
         assert stop.reason is StopReason.RELOAD and stop.stopping and not stop.server_stop
         assert [r.getMessage() for r in caplog.records] == [f"graceful: worker {os.getpid()} stopping (reload)"]
+
+    def test_a_later_begin_returns_only_once_the_line_is_out(self) -> None:
+        """The losing begin() (worker_exit's, on the main thread) waits for the winner's line.
+
+        A worker with nothing to drain otherwise exits, daemon threads and all,
+        before its graceful-stop thread writes "stopping (reason)".
+        """
+        stop = stop_of(SyncWorker())
+        in_emit, lines = threading.Event(), []
+
+        class SlowHandler(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                in_emit.set()
+                time.sleep(0.3)  # the winner's thread, descheduled while it writes
+                lines.append(record.getMessage())
+
+        handler = SlowHandler(logging.INFO)
+        graceful_logger = logging.getLogger("graceful")
+        graceful_logger.addHandler(handler)
+        old_level = graceful_logger.level
+        graceful_logger.setLevel(logging.INFO)
+        try:
+            winner = threading.Thread(target=stop.begin, args=(StopReason.RELOAD,))
+            winner.start()
+            assert in_emit.wait(5)
+            assert not stop.begin(StopReason.RELOAD)
+            seen_by_the_loser = list(lines)
+            winner.join(5)
+        finally:
+            graceful_logger.removeHandler(handler)
+            graceful_logger.setLevel(old_level)
+        assert seen_by_the_loser == [f"graceful: worker {os.getpid()} stopping (reload)"]
 
     def test_the_servers_stop_logs_nothing_of_its_own(self, caplog: pytest.LogCaptureFixture) -> None:
         """begin(None), the server's stop: the lifecycle's signals tell it, this logs nothing."""
