@@ -398,6 +398,15 @@ def own_options(args: Sequence[str]) -> tuple[bool, str | None, list[str]]:
     return plan_only, tox, rest
 
 
+def tox_environment(machine: Machine) -> dict[str, str]:
+    """The environment tox runs in: the found interpreters first on PATH, and no interpreter downloads.
+
+    The plan has decided which interpreters exist; tox-uv (which the README's
+    command installs beside tox) must not fetch another behind its back.
+    """
+    return dict(os.environ, PATH=machine.tox_path(), UV_PYTHON_DOWNLOADS="never")
+
+
 def main(argv: Sequence[str]) -> int:
     """``--plan`` prints the plan; ``--tox TOX`` gets interpreters and runs the runnable environments."""
     # Line by line, so this script's lines and tox's keep their order in a log.
@@ -434,7 +443,7 @@ def main(argv: Sequence[str]) -> int:
         return 0
     assert tox is not None
     command = [tox, "run", "-e", ",".join(plan.runnable), *rest]
-    status = subprocess.run(command, env=dict(os.environ, PATH=machine.tox_path())).returncode
+    status = subprocess.run(command, env=tox_environment(machine)).returncode
     print_not_run(plan, machine)
     verdict = "passed" if status == 0 else f"failed (tox exit {status})"
     print(f"{PREFIX} {' '.join(plan.runnable)}: {verdict}")

@@ -233,7 +233,11 @@ class FakeMachine:
             f'case "$1" in\n  root) echo "$root" ;;\n  versions) /bin/ls "$root/versions" ;;\n'
             f"  install) {install} ;;\nesac\n",
         )
-        self._script("tox", f'echo "$*" > "{self.tox_log}"\necho "$PATH" >> "{self.tox_log}"\nexit {tox_status}\n')
+        self._script(
+            "tox",
+            f'echo "$*" > "{self.tox_log}"\necho "$PATH" >> "{self.tox_log}"\n'
+            f'echo "UV_PYTHON_DOWNLOADS=$UV_PYTHON_DOWNLOADS" >> "{self.tox_log}"\nexit {tox_status}\n',
+        )
 
     def _script(self, name: str, body: str) -> None:
         path = self.bin / name
@@ -256,6 +260,10 @@ class FakeMachine:
     def tox_path(self) -> list[str]:
         """The PATH tox was run with."""
         return self.tox_log.read_text().splitlines()[1].split(os.pathsep)
+
+    def tox_uv_downloads(self) -> str:
+        """What tox-uv was told of downloading interpreters."""
+        return self.tox_log.read_text().splitlines()[2]
 
     def tox_envs(self) -> list[str] | None:
         """The environments tox was asked to run (None: tox was not run)."""
@@ -290,6 +298,12 @@ class TestRunWithMissingInterpreters:
         for env, minor in needs.items():
             if minor != THIS_MINOR:
                 assert f"run-tests: not run: {env} (no python{minor}; get it: pyenv install {minor}" in done.stdout
+
+    def test_uv_fetches_no_interpreter_behind_the_plan(self, tmp_path: Path) -> None:
+        """tox runs with UV_PYTHON_DOWNLOADS=never: an environment the plan ran has the interpreter it found."""
+        machine = FakeMachine(tmp_path)
+        assert machine.run().returncode == 0
+        assert machine.tox_uv_downloads() == "UV_PYTHON_DOWNLOADS=never"
 
     def test_a_failing_tox_fails_the_run(self, tmp_path: Path) -> None:
         """The exit status is tox's when the environments that ran failed."""
