@@ -100,6 +100,7 @@ class TestDirectSigterm:
         assert run.log_problems == []
 
 
+@pytest.mark.plain
 @pytest.mark.usefixtures("haproxy_present")
 class TestPlainGunicornComparison:
     @pytest.mark.parametrize("worker_class", WORKER_CLASSES)

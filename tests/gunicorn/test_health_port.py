@@ -139,7 +139,7 @@ class TestSaturation:
             answers = []
             for index in range(40):
                 answers.append(probe(server.health, ("/livez", "/readyz")[index % 2]))
-                time.sleep(0.25)
+                time.sleep(0.05)  # bench/health_probes.py probes at a kubelet's pace; here 2 s is enough
             assert answers == ["200"] * 40
         finally:
             stop.set()
