@@ -79,13 +79,27 @@ class ProcessStop:
     # -- worker main thread ------------------------------------------------------------
 
     def note_early_term(self) -> None:
-        """``post_fork``: until Gunicorn installs its own, a SIGTERM is only noted (:meth:`install` acts on it).
+        """``post_fork``: until :meth:`install`, a SIGTERM is noted (and :meth:`install` acts on it).
 
-        Until then the worker has the master's handler, which would queue the
-        TERM into the master's (copied) signal queue, where nothing reads it:
-        a worker forked just before the master stops it would miss its TERM.
+        Until Gunicorn installs its own handler the worker has the master's,
+        which would queue the TERM into the master's (copied) signal queue,
+        where nothing reads it: a worker forked just before the master stops
+        it would miss its TERM. Gunicorn's ``init_signals`` then installs
+        ``worker.handle_exit`` before it loads the app, well before
+        ``post_worker_init``: that handler is wrapped here too, so a TERM
+        while the app loads (HUP just after a fork) is noted with its reason.
         """
         signal.signal(signal.SIGTERM, self._on_early_term)
+        gunicorn_exit = getattr(self.worker, "handle_exit", None)
+        if callable(gunicorn_exit):
+            note = self._on_early_term
+
+            def handle_exit(signum: int, frame: FrameType | None) -> None:
+                # Inside the OS signal handler: a plain attribute, then Gunicorn's own handler.
+                note(signum, frame)
+                gunicorn_exit(signum, frame)
+
+            self.worker.handle_exit = handle_exit
 
     def _on_early_term(self, _signum: int, _frame: FrameType | None) -> None:
         # Inside the OS signal handler: a plain attribute only.

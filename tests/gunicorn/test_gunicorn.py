@@ -323,6 +323,20 @@ class TestNotAShutdown:
         assert server.exit_code() == 0
         assert len(server.matching(r"pre-shutdown deregister")) == 1
 
+    def test_hup_while_the_workers_load_the_app_says_reload(self, gunicorn, worker: str) -> None:  # type: ignore[no-untyped-def]
+        """HUP while each worker is still loading the app (its TERM reaches Gunicorn's own handler): 'reload'.
+
+        CI saw it on Gunicorn 24 (gevent): such a worker logged "stopped by the master".
+        """
+        server = gunicorn(worker, env={"GT_APP_IMPORT_S": "2"}, ready=False)
+        server.wait_for(r"Booting worker with pid", count=2)
+        server.proc.send_signal(signal.SIGHUP)
+        _process_stops(server, "reload", 2)
+        assert server.matching(r"stopped by the master") == []
+        server.wait_ready()
+        server.term()
+        assert server.exit_code() == 0
+
     def test_max_requests_recycling_cleans_up_without_readiness_flip(self, gunicorn, worker: str) -> None:  # type: ignore[no-untyped-def]
         """A worker recycled by max_requests says so, runs its cleanup task; the server stays ready."""
         server = gunicorn(worker, args=("--max-requests", "5"))

@@ -42,6 +42,7 @@ class SyncWorker:
         self.nr = 0
         self.max_requests = 3
         self.alive = True
+        self.handle_exit: Any = None  # Gunicorn's SIGTERM handler, where a test gives one
 
 
 class Request:
@@ -228,6 +229,30 @@ class TestSigterm:
         assert sigterm == []  # a connection is still open
         worker.nr_conns = 0
         assert wait_until(lambda: sigterm == [signal.SIGTERM])
+
+    def test_a_term_while_the_app_loads_is_noted_with_its_reason(
+        self, sigterm: list[int], caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """A TERM that reaches Gunicorn's own handler (installed before the app loads) is noted too.
+
+        Seen on Gunicorn 24 under gevent: a worker still loading the app at a
+        HUP was stopped by Gunicorn's handle_exit and logged "stopped by the
+        master" instead of "reload".
+        """
+        shared = Shared()
+        shared.stop_reason.write(StopReason.RELOAD)
+        worker = SyncWorker()
+        worker.handle_exit = lambda _signum, _frame: setattr(worker, "alive", False)
+        stop = stop_of(worker, shared)
+        stop.note_early_term()
+        signal.signal(signal.SIGTERM, worker.handle_exit)  # Gunicorn's init_signals, then load_wsgi
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert stop.term_at is not None and worker.alive is False
+        with caplog.at_level(logging.INFO, logger="graceful"):
+            stop.install(5.0, None, None)
+            assert wait_until(lambda: stop.stopping)
+        assert stop.reason is StopReason.RELOAD
+        assert f"graceful: worker {os.getpid()} stopping (reload)" in caplog.text
 
     def test_a_term_during_the_boot_is_not_lost(self, sigterm: list[int]) -> None:
         """A TERM between the fork and Gunicorn's own handler is noted, and acted on once installed."""

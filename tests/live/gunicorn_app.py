@@ -6,7 +6,8 @@
 Each worker prints "cleanup <pid>" when its cleanup task runs.
 GT_FAILING_CHECK=1: a readiness check "db" that fails. GT_WORKER_CHECK=1: a
 passing readiness check "worker-<pid>" in each worker, which names the worker
-that answered a probe (and its metrics).
+that answered a probe (and its metrics). GT_APP_IMPORT_S=N: importing this
+module (loading the app, in each worker) takes N seconds.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ def say(line: str) -> None:
     """Print one line with a single write: workers share this stdout."""
     os.write(1, (line + "\n").encode())
 
+
+time.sleep(float(os.environ.get("GT_APP_IMPORT_S", "0")))
 
 if os.environ.get("GT_APP_PRE_SHUTDOWN_HOOK"):
     # Wrong place without preload_app: only workers import this module.
