@@ -229,7 +229,7 @@ class TestLateAccept22:
         in it, unread: handing over while ``nr_conns`` still read 0 lost it.
         """
         worker = OldGthreadWorker(listeners)
-        in_accept, go_on = threading.Event(), threading.Event()
+        in_accept, go_on, done_accepting = threading.Event(), threading.Event(), threading.Event()
         order: list[str] = []
         accepted: list[socket.socket] = []
 
@@ -240,6 +240,7 @@ class TestLateAccept22:
             accepted.append(listener.accept()[0])
             worker.nr_conns += 1
             order.append("accepted")
+            done_accepting.set()
 
         for sock in listeners:
             worker.poller.modify(sock, selectors.EVENT_READ, accept)
@@ -257,9 +258,7 @@ class TestLateAccept22:
             stopping.start()
             assert not handed_over.wait(0.5), order  # nr_conns reads 0 here, and the accept is still to come
             go_on.set()
-            deadline = time.monotonic() + 10
-            while not accepted and time.monotonic() < deadline:
-                time.sleep(0.01)
+            assert done_accepting.wait(10)
             assert not handed_over.wait(0.2), order  # the accepted connection is still open
             worker.nr_conns -= 1  # its request is answered and it is closed
             order.append("answered")
