@@ -236,7 +236,8 @@ class FakeMachine:
         self._script(
             "tox",
             f'echo "$*" > "{self.tox_log}"\necho "$PATH" >> "{self.tox_log}"\n'
-            f'echo "UV_PYTHON_DOWNLOADS=$UV_PYTHON_DOWNLOADS" >> "{self.tox_log}"\nexit {tox_status}\n',
+            f'echo "UV_PYTHON_DOWNLOADS=$UV_PYTHON_DOWNLOADS UV_SYSTEM_CERTS=$UV_SYSTEM_CERTS'
+            f' UV_NATIVE_TLS=$UV_NATIVE_TLS" >> "{self.tox_log}"\nexit {tox_status}\n',
         )
 
     def _script(self, name: str, body: str) -> None:
@@ -261,8 +262,8 @@ class FakeMachine:
         """The PATH tox was run with."""
         return self.tox_log.read_text().splitlines()[1].split(os.pathsep)
 
-    def tox_uv_downloads(self) -> str:
-        """What tox-uv was told of downloading interpreters."""
+    def tox_uv_settings(self) -> str:
+        """What tox-uv was told: interpreter downloads and certificates."""
         return self.tox_log.read_text().splitlines()[2]
 
     def tox_envs(self) -> list[str] | None:
@@ -299,11 +300,12 @@ class TestRunWithMissingInterpreters:
             if minor != THIS_MINOR:
                 assert f"run-tests: not run: {env} (no python{minor}; get it: pyenv install {minor}" in done.stdout
 
-    def test_uv_fetches_no_interpreter_behind_the_plan(self, tmp_path: Path) -> None:
-        """tox runs with UV_PYTHON_DOWNLOADS=never: an environment the plan ran has the interpreter it found."""
+    def test_uv_fetches_no_interpreter_and_trusts_the_system_certificates(self, tmp_path: Path) -> None:
+        """tox runs with UV_PYTHON_DOWNLOADS=never (an environment has the interpreter the plan found) and the
+        machine's certificate store (a clean environment behind a TLS-inspecting proxy failed every install)."""
         machine = FakeMachine(tmp_path)
         assert machine.run().returncode == 0
-        assert machine.tox_uv_downloads() == "UV_PYTHON_DOWNLOADS=never"
+        assert machine.tox_uv_settings() == "UV_PYTHON_DOWNLOADS=never UV_SYSTEM_CERTS=true UV_NATIVE_TLS=true"
 
     def test_a_failing_tox_fails_the_run(self, tmp_path: Path) -> None:
         """The exit status is tox's when the environments that ran failed."""
