@@ -32,14 +32,12 @@ never interleave, and a full pipe drops a record rather than block a worker;
 workers close the read end. Records from a pid that is not one of Gunicorn's
 live workers are dropped, and a worker's record is forgotten once it is gone.
 
-The master's loop has no per-loop hook, but it calls ``murder_workers()``
-after every wait (at most 1 s) and ``reap_workers()`` whenever a child exits
-(also from 22's SIGCHLD handler, the HUP reload wait of 27 and every stop
-loop, graceful's own included). Both are replaced on the arbiter by wrappers
-that note the time (a float attribute: safe in a signal handler), as
-``server.handle_term`` is. ``master-loop`` fails when neither ran for longer
-than the liveness bound: Gunicorn's ``timeout``, after which it kills a
-silent worker itself (30 s when the timeout is off).
+The master's loop has no per-loop hook; the arbiter adapter's
+:meth:`~graceful.gunicorn.adapter.arbiter.ArbiterAdapter.on_loop_tick` notes
+the time of each of its periodic calls (a float attribute: safe in a signal
+handler). ``master-loop`` fails when none ran for longer than the liveness
+bound: Gunicorn's ``timeout``, after which it kills a silent worker itself
+(30 s when the timeout is off).
 
 USR2 (binary upgrade), one master answering at a time: the old master serves
 the port until it stops. Its re-exec child inherits the listening socket and
@@ -61,9 +59,10 @@ import os
 import socket
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from graceful.core.lifecycle import Lifecycle
+from graceful.gunicorn.adapter.arbiter import Arbiter
 from graceful.gunicorn.metrics import ServerMetrics, WorkerMetrics
 from graceful.gunicorn.shared import WorkerFiles
 from graceful.healthport.address import HealthAddress
@@ -145,20 +144,20 @@ class MasterHealth:
     :class:`~graceful.healthport.view.Sources`, on the port's thread.
     """
 
-    def __init__(self, server: Any, lifecycle: Lifecycle, address: HealthAddress) -> None:
-        self.server = server
+    def __init__(self, arbiter: Arbiter, lifecycle: Lifecycle, address: HealthAddress) -> None:
+        self.arbiter = arbiter
         self.lifecycle = lifecycle
         self.address = address
         self._pid = os.getpid()
         self.channel = HealthChannel()
         self._heard: dict[int, Heard] = {}
         self._last_heard = self._tick = time.monotonic()
-        timeout = float(server.cfg.timeout or 0)
+        timeout = arbiter.worker_timeout()
         self.liveness_bound = timeout if timeout > 0 else DEFAULT_LIVENESS_BOUND
         self.view = HealthView(
             lifecycle, self, liveness_bound=self.liveness_bound, stale_after=STALE_AFTER, workers=True
         )
-        inherited, self._handoff_in = _inherited(server, address)
+        inherited, self._handoff_in = _inherited(arbiter, address)
         self.port = HealthPort(address, self.view, listener=inherited, passive=lambda: self._handoff_in is not None)
         self.port.watch(self.channel.fileno(), self._on_records)
         if self._handoff_in is not None:
@@ -175,7 +174,7 @@ class MasterHealth:
         self.port.bind(retry_in_use=True)
 
     @classmethod
-    def create(cls, server: Any, lifecycle: Lifecycle) -> MasterHealth | None:
+    def create(cls, arbiter: Arbiter, lifecycle: Lifecycle) -> MasterHealth | None:
         """The health port of ``GRACEFUL_HEALTH_BIND``, bound; None when it is off. Raises RuntimeError.
 
         Refused at start-up: an address Gunicorn's ``bind`` also uses, and any
@@ -184,14 +183,14 @@ class MasterHealth:
         address = lifecycle.config.health_address
         if address is None:
             return None
-        for bind in server.cfg.bind:
+        for bind in arbiter.binds():
             if address.conflicts_with(bind):
                 raise RuntimeError(
                     f"graceful: GRACEFUL_HEALTH_BIND={lifecycle.config.health_bind!r} is also in Gunicorn's bind"
                     f" {bind!r}: give the health port a port of its own"
                 )
         try:
-            return cls(server, lifecycle, address)
+            return cls(arbiter, lifecycle, address)
         except OSError as exc:
             raise RuntimeError(f"graceful: cannot listen on GRACEFUL_HEALTH_BIND={str(address)!r}: {exc}") from None
 
@@ -199,45 +198,30 @@ class MasterHealth:
 
     def serve_metrics(self, files: WorkerFiles) -> None:
         """``on_starting``, before the first fork: ``/metrics`` adds up the master and the workers' ``files``."""
-        self.server_metrics = ServerMetrics(self.lifecycle, files, lambda: list(self.server.WORKERS))
+        self.server_metrics = ServerMetrics(self.lifecycle, files, lambda: sorted(self.arbiter.worker_pids()))
 
     def start(self) -> None:
-        """``when_ready``: wrap the loop's periodic calls and the re-exec, start answering."""
-        server = self.server
-        for name in ("murder_workers", "reap_workers"):
-            server.__dict__[name] = self._ticking(getattr(server, name))
-        server.__dict__["reexec"] = self._passing_listener_on(server.reexec)
-        server.__dict__["stop"] = self._handing_over_before(server.stop)
+        """``when_ready``: note the loop's ticks, pass the port on at a re-exec, hand it over at a stop; answer."""
+        arbiter = self.arbiter
+        arbiter.on_loop_tick(self._on_tick)
+        arbiter.around_reexec(self._pass_listener_on)
+        arbiter.before_stop(self.hand_over)
         self.lifecycle.subscribe(self._on_signal)
         self.port.start()
         if self._handoff_in is not None:
             logger.info("graceful: health port %s: the old master serves it until it stops", self.port.bound_address)
 
-    def _ticking(self, method: Callable[[], Any]) -> Callable[[], Any]:
-        def tick_then_call() -> Any:
-            self._tick = time.monotonic()  # a plain attribute: also safe from 22's SIGCHLD handler
-            return method()
+    def _on_tick(self) -> None:
+        self._tick = time.monotonic()  # a plain attribute: also safe from 22's SIGCHLD handler
 
-        return tick_then_call
-
-    def _passing_listener_on(self, reexec: Callable[[], Any]) -> Callable[[], Any]:
-        def passing_listener_on() -> Any:
-            # The re-exec child keeps the listener and the hand-over pipe: pre_exec passes them on.
-            self._passing_on = True
-            try:
-                with self.port.passing_listener_on():
-                    return reexec()
-            finally:
-                self._passing_on = False
-
-        return passing_listener_on
-
-    def _handing_over_before(self, stop: Callable[..., Any]) -> Callable[..., Any]:
-        def hand_over_then_stop(*args: Any, **kwargs: Any) -> Any:
-            self.hand_over()
-            return stop(*args, **kwargs)
-
-        return hand_over_then_stop
+    def _pass_listener_on(self, reexec: Callable[[], object]) -> object:
+        # The re-exec child keeps the listener and the hand-over pipe: pre_exec passes them on.
+        self._passing_on = True
+        try:
+            with self.port.passing_listener_on():
+                return reexec()
+        finally:
+            self._passing_on = False
 
     def _on_signal(self, name: str, _at: float) -> None:
         """Lifecycle listener (the firing thread: the main thread, for ShutdownInitiated)."""
@@ -246,7 +230,7 @@ class MasterHealth:
 
     def hand_over(self) -> None:
         """This master stops serving while a USR2 child exists: the child answers the port from now on."""
-        successor = self.server.reexec_pid
+        successor = self.arbiter.successor_pid()
         if os.getpid() != self._pid or self._handed_over or not successor:
             return
         self._handed_over = True
@@ -256,7 +240,7 @@ class MasterHealth:
 
     def pre_exec(self) -> None:
         """``pre_exec`` (the USR2 re-exec child, before exec): name the listener and the pipe for the new master."""
-        env = self.server.cfg.env_orig
+        env = self.arbiter.exec_environment()
         env.pop(FD_ENV, None)
         env.pop(HANDOFF_ENV, None)
         listener = self.port.listener
@@ -288,7 +272,7 @@ class MasterHealth:
     # -- graceful-health-port thread: records and the hand-over ----------------------------------
 
     def _on_records(self) -> None:
-        live = set(self.server.WORKERS)  # int keys: one C-level copy, atomic under the GIL
+        live = self.arbiter.worker_pids()
         now = time.monotonic()
         for snapshot in self.channel.receive():
             if snapshot.pid in live:
@@ -317,14 +301,14 @@ class MasterHealth:
 
     def heard(self) -> Sequence[Heard]:
         """The latest snapshot of each live worker; workers that are gone are forgotten."""
-        live = set(self.server.WORKERS)
+        live = self.arbiter.worker_pids()
         for pid in [pid for pid in self._heard if pid not in live]:
             del self._heard[pid]
         return list(self._heard.values())
 
     def booting(self) -> int:
         """Live workers that have not published yet."""
-        return len(set(self.server.WORKERS) - set(self._heard))
+        return len(self.arbiter.worker_pids() - set(self._heard))
 
     def last_heard(self) -> float:
         """When a live worker last published, or when this master started."""
@@ -336,7 +320,7 @@ class MasterHealth:
 
     def shutting_down(self) -> bool:
         """The server's ShutdownInitiated: not an old master's whose USR2 successor serves."""
-        return self.lifecycle.shutdown_initiated.is_set() and not self.server.reexec_pid
+        return self.lifecycle.shutdown_initiated.is_set() and not self.arbiter.successor_pid()
 
     def metrics(self) -> list[MetricsSnapshot]:
         """The master's snapshot, each live worker's latest, what exited workers counted (see .metrics)."""
@@ -345,10 +329,10 @@ class MasterHealth:
         return self.server_metrics.snapshots()
 
 
-def _inherited(server: Any, address: HealthAddress) -> tuple[socket.socket | None, int | None]:
+def _inherited(arbiter: Arbiter, address: HealthAddress) -> tuple[socket.socket | None, int | None]:
     """In a USR2 re-exec master: the old master's health listener and the hand-over pipe's read end."""
     fd_text, handoff_text = os.environ.pop(FD_ENV, None), os.environ.pop(HANDOFF_ENV, None)
-    if not fd_text or not handoff_text or not server.master_pid:
+    if not fd_text or not handoff_text or not arbiter.predecessor_pid():
         return None, None
     listener = None
     try:
@@ -382,10 +366,10 @@ def _close(fd: int | None) -> None:
             os.close(fd)
 
 
-def start_worker_health(worker: Any, lifecycle: Lifecycle, health: MasterHealth | None) -> HealthRunner | None:
+def start_worker_health(shutdown: WorkerShutdown, lifecycle: Lifecycle) -> HealthRunner | None:
     """``post_worker_init`` (worker main thread, after graceful wrapped the app): publish to the master.
 
-    ``health`` is this worker's copy of the master's (its pipe's write end is
+    ``shutdown.health`` is this worker's copy of the master's (its pipe's write end is
     what this worker writes to); None when the port is off. The runner also
     leaves this worker's metrics for the master's ``/metrics`` every period
     (:class:`~graceful.gunicorn.metrics.WorkerMetrics`), and ``worker_exit``
@@ -394,6 +378,8 @@ def start_worker_health(worker: Any, lifecycle: Lifecycle, health: MasterHealth 
     worth a warning: the master, which would serve the port, reads the
     environment alone.
     """
+    health = shutdown.health
+    worker = shutdown.worker
     if health is None:
         if lifecycle.config.health_bind:
             logger.warning(
@@ -402,13 +388,12 @@ def start_worker_health(worker: Any, lifecycle: Lifecycle, health: MasterHealth 
                 lifecycle.config.health_bind,
             )
         return None
-    middleware = as_middleware(worker.wsgi)
+    middleware = as_middleware(worker.app())
     assert middleware is not None, "WorkerShutdown.start() wraps the app first"
     checks = (middleware.inner or middleware).health  # the app's own middleware, with its options, when it has one
-    shutdown: WorkerShutdown = worker.graceful
 
     def stopping() -> bool:
-        return shutdown.stopping or not worker.alive
+        return shutdown.stopping or not worker.is_alive()
 
     # Its metrics for the master's /metrics: every period, and once more after the drain and cleanup.
     metrics = WorkerMetrics(shutdown.shared.files, lifecycle)

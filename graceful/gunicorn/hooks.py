@@ -29,6 +29,9 @@ from typing import Any
 from graceful.core.budget import derived_graceful_timeout, graceful_timeout_problem
 from graceful.core.config import ConfigError
 from graceful.core.default import default_lifecycle
+from graceful.gunicorn.adapter import attach, attached
+from graceful.gunicorn.adapter.arbiter import Arbiter, ArbiterAdapter
+from graceful.gunicorn.adapter.worker import WorkerAdapter
 from graceful.gunicorn.health import start_worker_health
 from graceful.gunicorn.master import MasterShutdown
 from graceful.gunicorn.worker import WorkerShutdown
@@ -59,11 +62,11 @@ except ConfigError as _error:
 graceful_timeout = derived_graceful_timeout(_config.drain_timeout, _config.hook_timeout)
 
 
-def _check_settings(server: Any) -> None:
+def _check_settings(arbiter: Arbiter) -> None:
     """Refuse a budget or a graceful_timeout that cannot work; raise RuntimeError (Gunicorn prints it)."""
     lifecycle = default_lifecycle
     config = lifecycle.config
-    chosen = float(server.cfg.graceful_timeout)
+    chosen = arbiter.graceful_timeout()
     try:
         lifecycle.check_budget()
     except ConfigError as exc:
@@ -82,12 +85,12 @@ def _check_settings(server: Any) -> None:
         raise RuntimeError(problem)
 
 
-def _log_to_gunicorn(server: Any) -> None:
+def _log_to_gunicorn(arbiter: ArbiterAdapter) -> None:
     """Send graceful's log lines to Gunicorn's error log, unless logging was configured for them."""
     ours = logging.getLogger("graceful")
     if ours.handlers or logging.getLogger().handlers:
         return
-    for handler in server.log.error_log.handlers:
+    for handler in arbiter.error_log_handlers():
         ours.addHandler(handler)
     ours.setLevel(logging.INFO)
 
@@ -95,18 +98,19 @@ def _log_to_gunicorn(server: Any) -> None:
 def on_starting(server: Any) -> None:
     """Master, main thread, before the listeners and the first fork: check the worker class and settings,
     make the shared state and the health port (with its /metrics)."""
-    refuse_unsupported(server)
-    _log_to_gunicorn(server)
-    _check_settings(server)
-    server.graceful = MasterShutdown(server, default_lifecycle)
-    health = server.graceful.health
-    if health is not None:  # /metrics on the health port: the workers leave theirs beside their shutdown parts
-        health.serve_metrics(server.graceful.shared.files)
+    arbiter = ArbiterAdapter.probe(server)
+    refuse_unsupported(arbiter)
+    _log_to_gunicorn(arbiter)
+    _check_settings(arbiter)
+    master = MasterShutdown(arbiter, default_lifecycle)
+    attach(server, master)
+    if master.health is not None:  # /metrics on the health port: the workers leave theirs beside their shutdown parts
+        master.health.serve_metrics(master.shared.files)
 
 
 def when_ready(server: Any) -> None:
     """Master, main thread, listeners bound: take over SIGTERM."""
-    server.graceful.install()
+    _master(server).install()
 
 
 def on_reload(server: Any) -> None:
@@ -114,54 +118,67 @@ def on_reload(server: Any) -> None:
 
     A reload must not take down a running server: a problem is logged, not raised.
     """
+    arbiter = _master(server).arbiter
     try:
-        _check_settings(server)
+        _check_settings(arbiter)
     except RuntimeError as exc:
-        server.log.error("%s (after reload; the server keeps running)", exc)
+        arbiter.log_error(f"{exc} (after reload; the server keeps running)")
 
 
 def post_fork(server: Any, worker: Any) -> None:
     """Worker, main thread, just after the fork: set up the worker's own shutdown."""
-    master = server.graceful
-    worker.graceful = WorkerShutdown(
-        worker, default_lifecycle, master.shared, master.on_signal, master.workers_own_listeners()
+    master = _master(server)
+    shutdown = WorkerShutdown(
+        WorkerAdapter.probe(worker),
+        default_lifecycle,
+        master.shared,
+        master.on_signal,
+        master.arbiter.workers_own_listeners(),
+        master.health,
     )
-    #: This worker's copy of the master's health port: the pipe its records go to (None: the port is off).
-    worker.graceful_health = master.health
+    attach(worker, shutdown)
 
 
 def post_worker_init(worker: Any) -> None:
     """Worker, main thread, app loaded: wrap the app, start post-start hooks, the watch and health threads."""
-    worker.graceful.start()
-    start_worker_health(worker, default_lifecycle, worker.graceful_health)
+    shutdown: WorkerShutdown = attached(worker)
+    shutdown.start()
+    start_worker_health(shutdown, default_lifecycle)
 
 
 def pre_exec(server: Any) -> None:
     """The master's USR2 re-exec child, before exec: hand the health port's socket on to the new master."""
-    health = server.graceful.health
+    health = _master(server).health
     if health is not None:
         health.pre_exec()
 
 
 def pre_request(worker: Any, req: Any) -> None:
     """Worker, the thread serving ``req``: ask for ``Connection: close`` once shutting down."""
-    worker.graceful.before_request(req)
+    shutdown: WorkerShutdown = attached(worker)
+    shutdown.before_request(req)
 
 
 def worker_abort(worker: Any) -> None:
     """Worker, inside its SIGABRT handler (the master killed it for missing its timeout): note it."""
-    state = getattr(worker, "graceful", None)
-    if state is not None:
-        state.abort()
+    shutdown: WorkerShutdown | None = attached(worker)
+    if shutdown is not None:
+        shutdown.abort()
 
 
 def worker_exit(server: Any, worker: Any) -> None:
     """Worker main thread as it exits (also the master, on one path; ignored there): drain, clean up."""
-    state = getattr(worker, "graceful", None)
-    if state is not None:
-        state.exit()
+    shutdown: WorkerShutdown | None = attached(worker)
+    if shutdown is not None:
+        shutdown.exit()
 
 
 def on_exit(server: Any) -> None:
     """Master, main thread, after every worker exited."""
-    server.graceful.finish()
+    _master(server).finish()
+
+
+def _master(server: Any) -> MasterShutdown:
+    """The master's shutdown that ``on_starting`` kept on Gunicorn's arbiter."""
+    master: MasterShutdown = attached(server)
+    return master

@@ -1,16 +1,17 @@
 """The Gunicorn master's part of the timeline: from the first SIGTERM to Gunicorn's own stop.
 
-Runs in the master (arbiter) process. Gunicorn's main loop dispatches signals
-by name, so ``server.handle_term`` set on the arbiter replaces its SIGTERM
-handling (:meth:`MasterShutdown.handle_term`, on the master's main thread):
+Runs in the master (arbiter) process; every contact with the arbiter goes
+through :class:`~graceful.gunicorn.adapter.arbiter.ArbiterAdapter`, which
+hands the main loop's SIGTERM handling to :meth:`MasterShutdown.on_term`
+(on the master's main thread):
 
 * first TERM: broadcast ShutdownInitiated to every worker (their ``/readyz``
   fails, responses get ``Connection: close``), tell systemd ``STOPPING=1``,
   and start the ``graceful-shutdown`` thread, which runs the delay and the
   pre-shutdown hooks, then closes the listeners once their accept queues are
   empty (default mode) or keeps them open until every worker reports it has
-  drained (send_retry_after mode). It then hands over: it queues one more TERM
-  into Gunicorn's signal queue, which wakes the main loop at once;
+  drained (send_retry_after mode). It then hands over: it wakes the main loop
+  with one more TERM (:meth:`~graceful.gunicorn.adapter.arbiter.Arbiter.wake_to_stop`);
 * that TERM: Gunicorn's own graceful ``stop()`` proceeds (workers get TERM,
   drain and run their cleanup tasks in ``worker_exit``), and a trap is armed so
   that any further TERM exits 1 at once;
@@ -39,16 +40,14 @@ import logging
 import os
 import signal
 import threading
-import time
 from collections.abc import Callable
 from types import FrameType
-from typing import Any
-
-from gunicorn import systemd
+from typing import NoReturn
 
 from graceful.core.budget import seconds_left
 from graceful.core.lifecycle import Lifecycle
 from graceful.core.record import ROLE_MASTER, part_of, record_of
+from graceful.gunicorn.adapter.arbiter import Arbiter, GunicornHandler
 from graceful.gunicorn.health import MasterHealth
 from graceful.gunicorn.shared import SharedState
 from graceful.gunicorn.stop_reason import StopReason
@@ -73,61 +72,54 @@ class _Phase(enum.Enum):
 
 
 class MasterShutdown:
-    """One Gunicorn master's shutdown; kept on the arbiter as ``server.graceful``.
+    """One Gunicorn master's shutdown; kept on the arbiter (:func:`graceful.gunicorn.adapter.attach`).
 
     Created in ``on_starting`` (main thread, before the first fork) and so
     never re-created on HUP, even when the config file is re-executed.
     """
 
-    def __init__(self, server: Any, lifecycle: Lifecycle) -> None:
-        self.server = server
+    def __init__(
+        self, arbiter: Arbiter, lifecycle: Lifecycle, exit: Callable[[int], NoReturn] = exit_process
+    ) -> None:
+        self.arbiter = arbiter
+        # How a second signal ends the process (os._exit after flushing; a test's stand-in raises).
+        self._exit = exit
         self.lifecycle = lifecycle
         self.shared = SharedState()
         self.phase = _Phase.SERVING
         self._trap: SignalTrap | None = None
-        self._gunicorn_handlers: dict[int, Any] = {}
         self._quick = False
         #: The USR2 peer that serves on while this master stops alone (a process stop), if any.
         self.peer: Peer | None = None
         lifecycle.adapter = self
         lifecycle.subscribe(self.on_signal)
         #: The health port (GRACEFUL_HEALTH_BIND), bound already; None when it is off.
-        self.health = MasterHealth.create(server, lifecycle)
+        self.health = MasterHealth.create(arbiter, lifecycle)
         # The master serves no requests: its workers count and sample their own.
         lifecycle.serves_requests = False
         lifecycle.server = "gunicorn"
-        lifecycle.worker_class = worker_class_name(server.cfg)
+        lifecycle.worker_class = arbiter.worker_class_setting()
 
     # -- main thread ------------------------------------------------------------
 
     def install(self) -> None:
         """Take over SIGTERM (``when_ready``, main thread).
 
-        ``server.handle_term`` replaces what Gunicorn's loop does with a TERM;
-        our OS handler in front of Gunicorn's sends TERMs that arrive after the
+        The main loop's TERM handling becomes :meth:`on_term`; our OS
+        handler in front of Gunicorn's sends TERMs that arrive after the
         hand-over (when Gunicorn's ``stop()`` would drop them) to a trap that
-        exits 1.
+        exits 1. HUP and TTOU first say why the workers they stop stop.
         """
-        self.server.handle_term = self.handle_term
+        arbiter = self.arbiter
+        arbiter.on_term(self.on_term)
         if self.health is not None:
             self.health.start()
-        for name, reason in (("handle_hup", StopReason.RELOAD), ("handle_ttou", StopReason.SCALE_IN)):
-            setattr(self.server, name, self._saying(reason, getattr(self.server, name)))
+        arbiter.before_reload(lambda: self.shared.stop_reason.write(StopReason.RELOAD))
+        arbiter.before_scale_in(lambda: self.shared.stop_reason.write(StopReason.SCALE_IN))
         self._trap = SignalTrap(lambda _signum: None, signals=(), exit=self._exit_now).start(armed=True)
-        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
-            self._gunicorn_handlers[signum] = signal.getsignal(signum)
-            signal.signal(signum, self._os_handler)
+        arbiter.front_os_signals((signal.SIGTERM, signal.SIGINT, signal.SIGQUIT), self._os_handler)
 
-    def _saying(self, reason: StopReason, gunicorn_handler: Callable[[], object]) -> Callable[[], object]:
-        """Gunicorn's ``handle_hup``/``handle_ttou``, run after writing why the workers it stops stop."""
-
-        def handle() -> object:
-            self.shared.stop_reason.write(reason)
-            return gunicorn_handler()
-
-        return handle
-
-    def _os_handler(self, signum: int, frame: FrameType | None) -> None:
+    def _os_handler(self, signum: int, frame: FrameType | None, gunicorn_handler: GunicornHandler | None) -> None:
         # Inside the OS signal handler: only read and set plain attributes, and queue.
         handed_over = self.phase is _Phase.HANDED_OVER
         if handed_over and signum == signal.SIGTERM and self._trap is not None:
@@ -135,29 +127,29 @@ class MasterShutdown:
             return
         if handed_over:  # SIGINT or SIGQUIT while the workers drain: quick stop
             self._quick = True
-        previous = self._gunicorn_handlers.get(signum)
-        if callable(previous):
-            previous(signum, frame)
+        if gunicorn_handler is not None:
+            gunicorn_handler(signum, frame)
 
-    def handle_term(self) -> None:
-        """Gunicorn's main loop calls this for SIGTERM, on the master's main thread."""
+    def on_term(self) -> bool:
+        """Gunicorn's main loop calls this for SIGTERM, on the master's main thread; True: Gunicorn stops now."""
         if self.phase is _Phase.SERVING:
-            peer = live_peer(self.server)
+            peer = live_peer(self.arbiter)
             if peer is not None:
+                # Gunicorn's stop() then closes only this master's copies of the sockets.
                 self._stop_for(peer)
-                raise StopIteration  # Gunicorn's halt: its stop() closes only this master's socket copies
+                return True
             self.phase = _Phase.SHUTTING_DOWN
             logger.info("graceful: SIGTERM: shutting down gracefully (send it again to exit at once)")
-            systemd.sd_notify("STOPPING=1", self.server.log)
+            self.arbiter.notify_systemd("STOPPING=1")
             self.lifecycle.initiate_shutdown()
             self._start_thread()
-        elif self.phase is _Phase.HANDED_OVER:
-            # Our own queued TERM: stop the workers, then let Gunicorn's stop() finish.
+            return False
+        if self.phase is _Phase.HANDED_OVER:
+            # The hand-over's TERM: stop the workers, then let Gunicorn's stop() finish.
             self._stop_workers()
-            raise StopIteration
-        else:
-            logger.warning("graceful: second SIGTERM: exiting with status 1 at once")
-            self._exit_now(1)
+            return True
+        logger.warning("graceful: second SIGTERM: exiting with status 1 at once")
+        self._exit_now(1)
 
     def _stop_for(self, peer: Peer) -> None:
         """A process stop (main thread): ``peer`` serves the sockets on; stop this master's workers, exit."""
@@ -180,32 +172,34 @@ class MasterShutdown:
         shutdown within a few ms of the last worker's exit. A SIGINT/SIGQUIT
         meanwhile switches to the quick stop, as in Gunicorn.
         """
-        server = self.server
-        deadline = time.monotonic() + self._remaining_budget(float(server.cfg.graceful_timeout))
-        server.kill_workers(signal.SIGTERM)
+        arbiter = self.arbiter
+        clock = self.lifecycle.clock
+        deadline = clock.now() + self._remaining_budget(arbiter.graceful_timeout())
+        arbiter.signal_workers(signal.SIGTERM)
         pause = threading.Event()
-        while server.WORKERS and time.monotonic() < deadline:
+        while arbiter.worker_pids() and clock.now() < deadline:
             if self._quick:
-                server.kill_workers(signal.SIGQUIT)
+                arbiter.signal_workers(signal.SIGQUIT)
                 return
-            server.reap_workers()
+            arbiter.reap()
             # No portable wait exists for "any of these children exited" alongside
             # Gunicorn's own reaping, so look often: an exit is seen within 5 ms.
-            pause.wait(0.005)
-        if server.WORKERS:
-            logger.warning("graceful: %d worker(s) still running after graceful_timeout: killing", len(server.WORKERS))
-            server.kill_workers(signal.SIGKILL)
+            clock.wait(pause, 0.005)
+        left = len(arbiter.worker_pids())
+        if left:
+            logger.warning("graceful: %d worker(s) still running after graceful_timeout: killing", left)
+            arbiter.signal_workers(signal.SIGKILL)
 
-    def _exit_now(self, code: int) -> None:
+    def _exit_now(self, code: int) -> NoReturn:
         """Second signal (trap thread or main thread): kill the workers and exit ``code`` without waiting.
 
         SIGKILL, not Gunicorn's SIGQUIT: a worker in the middle of its drain or
         cleanup must not be left running (or stuck) after its master is gone.
         """
         try:
-            self.server.kill_workers(signal.SIGKILL)
+            self.arbiter.signal_workers(signal.SIGKILL)
         finally:
-            exit_process(code)
+            self._exit(code)
 
     def _start_thread(self) -> None:
         threading.Thread(target=self._run, name="graceful-shutdown", daemon=True).start()
@@ -218,7 +212,7 @@ class MasterShutdown:
         if lifecycle.config.send_retry_after:
             # Workers answer 429 meanwhile; each reports when its own requests are done.
             timeout = self._remaining_budget(lifecycle.config.drain_timeout)
-            drained = self.shared.drained.wait_all(lambda: set(self.server.WORKERS), timeout)
+            drained = self.shared.drained.wait_all(self.arbiter.worker_pids, timeout)
             if not drained:
                 logger.warning("graceful: not every worker drained within %gs", lifecycle.config.drain_timeout)
             lifecycle.close_listeners()
@@ -235,41 +229,25 @@ class MasterShutdown:
         reuse_port each worker closes its own listener. Either way the
         workers report, and the master waits for them (bounded).
         """
-        server = self.server
+        arbiter = self.arbiter
         budget = self._remaining_budget(QUEUE_DRAIN_TIMEOUT)
-        if self.workers_own_listeners() or self._listeners_shared_with_others():
+        if arbiter.workers_own_listeners() or arbiter.listeners_shared_with_others():
             self.shared.close_listeners.fire()
-            if not self.shared.listeners_closed.wait_all(lambda: set(server.WORKERS), budget + 1):
+            if not self.shared.listeners_closed.wait_all(arbiter.worker_pids, budget + 1):
                 logger.warning("graceful: not every worker stopped listening within %gs", budget + 1)
             return
-        close_after_queue_drains(server.LISTENERS, budget)
-
-    def workers_own_listeners(self) -> bool:
-        """True when each worker binds its own listeners (reuse_port, Gunicorn 24+), the master none.
-
-        Master, and in ``post_fork`` each worker (its copy of the master's state).
-        """
-        return bool(self.server.cfg.reuse_port) and not self.server.LISTENERS
-
-    def _listeners_shared_with_others(self) -> bool:
-        server = self.server
-        inherited = any(str(address).startswith("fd://") for address in server.cfg.bind)
-        return bool(server.reexec_pid or server.master_pid or getattr(server, "systemd", False) or inherited)
+        close_after_queue_drains(arbiter.listeners(), budget)
 
     def _remaining_budget(self, cap: float) -> float:
         """Seconds left (at most ``cap``) before the grace period, less the margin, runs out."""
         lifecycle = self.lifecycle
-        return seconds_left(lifecycle.shutdown_initiated.fired_at, lifecycle.config.grace_period, time.monotonic(), cap)
+        now = lifecycle.clock.now()
+        return seconds_left(lifecycle.shutdown_initiated.fired_at, lifecycle.config.grace_period, now, cap)
 
     def _hand_over(self) -> None:
-        """Queue a TERM into Gunicorn's signal queue: its main loop wakes and stops."""
+        """Wake Gunicorn's main loop, which calls :meth:`on_term` and stops."""
         self.phase = _Phase.HANDED_OVER
-        queue = self.server.SIG_QUEUE
-        if hasattr(queue, "put_nowait"):  # Gunicorn 24+: a SimpleQueue the loop blocks on
-            queue.put_nowait(signal.SIGTERM)
-        else:  # Gunicorn 22/23: a list plus a self-pipe
-            queue.append(signal.SIGTERM)
-            self.server.wakeup()
+        self.arbiter.wake_to_stop()
 
     # -- any thread ---------------------------------------------------------------
 
@@ -279,7 +257,7 @@ class MasterShutdown:
             self.shared.shutdown_initiated.fire()
         elif name == "NotAcceptingNewRequests":
             self.shared.not_accepting.fire()
-        systemd.sd_notify(f"STATUS=graceful: {name}", self.server.log)
+        self.arbiter.notify_systemd(f"STATUS=graceful: {name}")
 
     def finish(self) -> None:
         """``on_exit`` (main thread): every worker has drained and cleaned up; leave the shutdown record."""
@@ -310,8 +288,3 @@ class MasterShutdown:
         finally:
             self.shared.parts.remove()
 
-
-def worker_class_name(cfg: Any) -> str:
-    """Gunicorn's worker class as configured: ``sync``, ``gthread``, ``gevent``, or a dotted path."""
-    name = getattr(cfg, "worker_class_str", None)
-    return name if isinstance(name, str) else ""

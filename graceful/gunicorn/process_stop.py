@@ -37,7 +37,8 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-from graceful.gunicorn.gevent_worker import GeventServers
+from graceful.gunicorn.adapter.gevent import GeventServers
+from graceful.gunicorn.adapter.worker import Worker
 from graceful.gunicorn.recycling import GthreadStop
 from graceful.gunicorn.shared import SharedState
 from graceful.gunicorn.stop_reason import StopReason
@@ -50,7 +51,7 @@ logger = logging.getLogger(__name__)
 class ProcessStop:
     """One worker's stop; made in ``post_fork``, installed in ``post_worker_init``."""
 
-    def __init__(self, worker: Any, shared: SharedState) -> None:
+    def __init__(self, worker: Worker, shared: SharedState) -> None:
         self.worker = worker
         self.shared = shared
         #: Seconds the drain may take from the stop's start (the config's, once the app is loaded).
@@ -90,16 +91,7 @@ class ProcessStop:
         while the app loads (HUP just after a fork) is noted with its reason.
         """
         signal.signal(signal.SIGTERM, self._on_early_term)
-        gunicorn_exit = getattr(self.worker, "handle_exit", None)
-        if callable(gunicorn_exit):
-            note = self._on_early_term
-
-            def handle_exit(signum: int, frame: FrameType | None) -> None:
-                # Inside the OS signal handler: a plain attribute, then Gunicorn's own handler.
-                note(signum, frame)
-                gunicorn_exit(signum, frame)
-
-            self.worker.handle_exit = handle_exit
+        self.worker.before_term_handler(self._on_early_term)
 
     def _on_early_term(self, _signum: int, _frame: FrameType | None) -> None:
         # Inside the OS signal handler: a plain attribute only.
@@ -128,7 +120,7 @@ class ProcessStop:
 
     def _not_alive(self, _signum: int, _frame: FrameType | None) -> None:
         # What every Gunicorn worker's SIGTERM handler does, should none be installed.
-        self.worker.alive = False
+        self.worker.stop_loop()
 
     def _on_term(self, signum: int, frame: FrameType | None) -> None:
         # Inside the OS signal handler: a plain attribute, a pipe write, then Gunicorn's handler.
@@ -198,7 +190,7 @@ class ProcessStop:
             return
         # sync and gevent: Gunicorn counts after pre_request, and stops the worker at its limit itself.
         worker = self.worker
-        if worker.nr + 1 >= worker.max_requests:
+        if worker.requests_served() + 1 >= worker.max_requests():
             self.begin(StopReason.RECYCLED)
             self._wake()
 

@@ -1,7 +1,8 @@
 """Binary upgrade (USR2): is another master serving this master's sockets right now?
 
-Runs in a master, main thread, when it gets SIGTERM (``MasterShutdown.handle_term``).
-Gunicorn 22-27 keep the same bookkeeping:
+Runs in a master, main thread, when it gets SIGTERM (``MasterShutdown.on_term``).
+Gunicorn 22-27 keep the same bookkeeping, read through
+:class:`~graceful.gunicorn.adapter.arbiter.Arbiter`:
 
 * USR2 makes the old master fork and exec a new one, its child, which
   inherits the listening sockets (one accept queue, both masters' workers
@@ -26,7 +27,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any
+
+from graceful.gunicorn.adapter.arbiter import Arbiter
 
 __all__ = ["Peer", "live_peer"]
 
@@ -39,7 +41,7 @@ class Peer:
     pid: int
 
 
-def live_peer(server: Any) -> Peer | None:
+def live_peer(arbiter: Arbiter) -> Peer | None:
     """The other master serving these sockets, if it is alive now; master, main thread.
 
     Reaps exited children first: a successor that died is a zombie until
@@ -48,11 +50,11 @@ def live_peer(server: Any) -> Peer | None:
     is still our parent; ``master_pid`` alone stays set up to a second after
     it died.
     """
-    server.reap_workers()
-    successor = int(getattr(server, "reexec_pid", 0) or 0)
+    arbiter.reap()
+    successor = arbiter.successor_pid()
     if successor:
         return Peer("new", successor)
-    predecessor = int(getattr(server, "master_pid", 0) or 0)
+    predecessor = arbiter.predecessor_pid()
     if predecessor and predecessor == os.getppid():
         return Peer("old", predecessor)
     return None

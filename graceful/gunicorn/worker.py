@@ -7,7 +7,7 @@ from the master with a copy of ``graceful.default_lifecycle``:
   to the master, so registering one here fails with the fix in the message;
 * ``post_worker_init`` (worker main thread, app loaded; under gevent after
   its monkey-patching): the budget is checked with the app's own cleanup
-  tasks, a gevent worker is prepared (:mod:`.gevent_worker`), the app is
+  tasks, a gevent worker is prepared (:mod:`.adapter.gevent`), the app is
   wrapped in :class:`GracefulMiddleware`, post-start hooks start, the
   ``graceful-watch`` thread waits for the master's broadcasts to fire the
   worker's own ShutdownInitiated and NotAcceptingNewRequests, and the
@@ -28,29 +28,29 @@ from the master with a copy of ``graceful.default_lifecycle``:
 
 from __future__ import annotations
 
-import errno
 import json
 import logging
-import math
 import os
 import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from graceful.core.budget import graceful_timeout_problem
 from graceful.core.lifecycle import Lifecycle, NullAdapter, SignalListener
 from graceful.core.record import ROLE_WORKER, part_of
 from graceful.core.registry import PRE_SHUTDOWN_HOOK
-from graceful.gunicorn import gevent_worker
+from graceful.gunicorn.adapter.worker import Worker
 from graceful.gunicorn.process_stop import ProcessStop
 from graceful.gunicorn.recycling import GthreadStop
 from graceful.gunicorn.shared import SharedState
 from graceful.gunicorn.stop_reason import StopReason
-from graceful.gunicorn.worker_classes import worker_kind
 from graceful.process.sockets import close_after_queue_drains
 from graceful.wsgi.middleware import GracefulMiddleware
+
+if TYPE_CHECKING:
+    from graceful.gunicorn.health import MasterHealth
 
 #: Upper bound (s) on waiting for a worker's own accept queue to empty (reuse_port).
 QUEUE_DRAIN_TIMEOUT = 5.0
@@ -69,17 +69,20 @@ _IN_WORKER = (
 
 
 class WorkerShutdown:
-    """One worker's shutdown; kept on the worker object as ``worker.graceful``."""
+    """One worker's shutdown; kept on Gunicorn's worker (:func:`graceful.gunicorn.adapter.attach`)."""
 
     def __init__(
         self,
-        worker: Any,
+        worker: Worker,
         lifecycle: Lifecycle,
         shared: SharedState,
         master_listener: SignalListener,
         own_listeners: bool = False,
+        health: MasterHealth | None = None,
     ) -> None:
         self.worker = worker
+        #: This worker's copy of the master's health port: the pipe its records go to (None: the port is off).
+        self.health = health
         #: True when this worker bound its listeners itself (reuse_port, Gunicorn 24+).
         self.own_listeners = own_listeners
         self.pid = os.getpid()
@@ -96,7 +99,7 @@ class WorkerShutdown:
         self.stop.note_early_term()
         #: Set by ``worker_abort`` (inside the SIGABRT handler): the master killed it for its timeout.
         self.timed_out = False
-        self.kind = worker_kind(worker)
+        self.kind = worker.kind
         # True once post_worker_init is done: a worker that failed to boot only cleans up.
         self._booted = False
         #: Called in ``worker_exit`` after the drain and cleanup, before the process ends (its last metrics).
@@ -104,8 +107,8 @@ class WorkerShutdown:
         # Gunicorn's own drain waits graceful_timeout, as long as the master
         # waits for the worker: bound it by drain_timeout (this worker's
         # copy of the settings only) to leave time for the cleanup tasks.
-        self.graceful_timeout = float(worker.cfg.graceful_timeout)  # the master's wait
-        worker.cfg.set("graceful_timeout", max(1, math.ceil(lifecycle.config.drain_timeout)))
+        self.graceful_timeout = worker.graceful_timeout()  # the master's wait
+        worker.bound_gunicorn_drain(lifecycle.config.drain_timeout)
 
     def start(self) -> None:
         """``post_worker_init``: check the budget, wrap the app, start hooks, the watch and the stop."""
@@ -117,39 +120,20 @@ class WorkerShutdown:
         )
         if problem is not None:
             raise RuntimeError(problem)
-        # gevent first: the lifecycle's events and locks must be cooperative before anything uses them.
-        gevent = gevent_worker.prepare(self.worker, lifecycle) if self.kind == "gevent" else None
-        self.worker.wsgi = GracefulMiddleware(self.worker.wsgi, lifecycle)
+        worker = self.worker
+        if self.kind == "gevent":
+            # First: the lifecycle's events and locks must be cooperative before anything uses them.
+            lifecycle.renew_after_patch()
+        gevent = worker.gevent_servers()
+        worker.wrap_app(lambda app: GracefulMiddleware(app, lifecycle))
         lifecycle.resume_after_fork()  # forked during the delay: its sampler, now that threads may start
-        if hasattr(self.worker, "accept"):  # sync and gthread accept in a method; gevent in its servers
-            self._guard_accept()
-        gthread = GthreadStop.install(self.worker) if self.kind == "gthread" else None
+        worker.guard_accept()
+        loop = worker.gthread_loop()
+        gthread = None if loop is None else GthreadStop(loop)
         self.stop.install(lifecycle.config.drain_timeout, gthread, gevent)
         lifecycle.run_post_start_hooks()
         threading.Thread(target=self._watch, name="graceful-watch", daemon=True).start()
         self._booted = True
-
-    def _guard_accept(self) -> None:
-        """Make ``accept()`` on a listener that was shut down idle briefly instead of crashing the worker.
-
-        The master's TERM follows within milliseconds. Exiting here instead
-        would let Gunicorn fork a replacement worker in between.
-        """
-        original: Callable[..., Any] = self.worker.accept
-        pause = threading.Event()
-
-        def accept(*args: Any) -> Any:
-            try:
-                return original(*args)
-            except OSError as exc:
-                if exc.errno != errno.EINVAL:
-                    raise
-                # The listener was shut down (this server stopped listening):
-                # don't spin on it while waiting for the TERM.
-                pause.wait(0.01)
-                return None
-
-        self.worker.accept = accept
 
     def _watch(self) -> None:
         """Thread ``graceful-watch``: mirror the master's broadcasts into this worker's lifecycle."""
@@ -173,7 +157,7 @@ class WorkerShutdown:
             pass
         if self.own_listeners:
             # Nobody else accepts on them: close them once their queues are empty.
-            close_after_queue_drains(self.worker.sockets, QUEUE_DRAIN_TIMEOUT)
+            close_after_queue_drains(self.worker.sockets(), QUEUE_DRAIN_TIMEOUT)
         else:
             self.stop.stop_accepting()
             # Let the connections it has just accepted send their request before it reports.

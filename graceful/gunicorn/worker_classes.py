@@ -1,8 +1,8 @@
 """The Gunicorn worker classes graceful supports, and the refusal of every other one.
 
 Runs in the master, main thread, in ``on_starting``: Gunicorn has loaded the
-worker class (``server.worker_class``; ``-k sync`` with ``--threads`` > 1 is
-already ThreadWorker) but forked no worker yet. Gunicorn 22-27.
+worker class (``-k sync`` with ``--threads`` > 1 is already ThreadWorker) but
+forked no worker yet. In a worker, :func:`worker_kind` names its class. Gunicorn 22-27.
 
 Supported: ``sync`` (SyncWorker), ``gthread`` (ThreadWorker) and ``gevent``
 (GeventWorker). Each needs its own handling in the worker, and each is
@@ -17,7 +17,10 @@ with Gunicorn's own message.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from graceful.gunicorn.adapter.arbiter import ArbiterAdapter
 
 __all__ = ["SUPPORTED", "refuse_unsupported", "worker_kind"]
 
@@ -39,19 +42,18 @@ def worker_kind(worker: Any) -> str | None:
     return SUPPORTED.get(_qualified_name(cls))
 
 
-def refuse_unsupported(server: Any) -> None:
+def refuse_unsupported(arbiter: ArbiterAdapter) -> None:
     """Raise RuntimeError naming the worker class and the supported ones, unless it is supported.
 
     Gunicorn prints the message as one ``Error:`` line and exits 1, with no
     traceback. The pidfile Gunicorn wrote just before ``on_starting`` is
     removed first, so no stale one is left behind.
     """
-    cls = server.worker_class
+    cls = arbiter.worker_class()
     if worker_kind(cls) is not None:
         return
-    if server.pidfile is not None:
-        server.pidfile.unlink()
-    setting = getattr(server.cfg, "worker_class_str", None)
+    arbiter.remove_pidfile()
+    setting = arbiter.worker_class_setting()
     given = f" (-k {setting})" if setting else ""
     name = _qualified_name(cls) if isinstance(cls, type) else repr(cls)
     raise RuntimeError(

@@ -1,4 +1,4 @@
-"""graceful.gunicorn.gevent_worker under real gevent monkey-patching, in a process of its own.
+"""graceful.gunicorn.adapter.gevent and the lifecycle's renewal under gevent monkey-patching, in a process of its own.
 
 tests/live/gevent_check.py does the patching and the checks.
 

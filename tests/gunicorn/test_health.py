@@ -11,12 +11,14 @@ import os
 import sys
 import time
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from graceful.core.config import Config
 from graceful.core.lifecycle import Lifecycle
+from graceful.gunicorn.adapter.arbiter import ArbiterAdapter
 from graceful.gunicorn.health import FD_ENV, HANDOFF_ENV, HealthChannel, MasterHealth, start_worker_health
 from graceful.gunicorn.metrics import WorkerMetrics
 from graceful.gunicorn.shared import WorkerFiles
@@ -74,7 +76,7 @@ def made() -> Iterator[list[MasterHealth]]:
 
 
 def create(made: list[MasterHealth], server: Arbiter, lifecycle: Lifecycle | None = None) -> MasterHealth:
-    health = MasterHealth.create(server, lifecycle or lifecycle_with())
+    health = MasterHealth.create(ArbiterAdapter(server), lifecycle or lifecycle_with())
     assert health is not None
     made.append(health)
     return health
@@ -130,12 +132,12 @@ class TestCreate:
 
     def test_off_by_default(self) -> None:
         """Without GRACEFUL_HEALTH_BIND there is no health port."""
-        assert MasterHealth.create(Arbiter(), Lifecycle(Config())) is None
+        assert MasterHealth.create(ArbiterAdapter(Arbiter()), Lifecycle(Config())) is None
 
     def test_gunicorns_own_port_is_refused(self) -> None:
         """The health port on one of Gunicorn's bind ports is a start-up error naming both."""
         with pytest.raises(RuntimeError) as caught:
-            MasterHealth.create(Arbiter(bind=("0.0.0.0:8081",)), lifecycle_with("127.0.0.1:8081"))
+            MasterHealth.create(ArbiterAdapter(Arbiter(bind=("0.0.0.0:8081",))), lifecycle_with("127.0.0.1:8081"))
         assert str(caught.value) == (
             "graceful: GRACEFUL_HEALTH_BIND='127.0.0.1:8081' is also in Gunicorn's bind '0.0.0.0:8081':"
             " give the health port a port of its own"
@@ -144,7 +146,7 @@ class TestCreate:
     def test_an_address_that_cannot_be_bound_is_refused(self) -> None:
         """An address not of this machine stops start-up with the error."""
         with pytest.raises(RuntimeError, match=r"cannot listen on GRACEFUL_HEALTH_BIND='192\.0\.2\.1:8081'"):
-            MasterHealth.create(Arbiter(), lifecycle_with("192.0.2.1:8081"))
+            MasterHealth.create(ArbiterAdapter(Arbiter()), lifecycle_with("192.0.2.1:8081"))
 
     def test_liveness_bound_is_gunicorns_timeout(self, made: list[MasterHealth]) -> None:
         """The bound is Gunicorn's timeout, or 30 s when the timeout is off."""
@@ -344,17 +346,22 @@ class TestHandOver:
         os.close(write_end)
 
 
+def no_health_port() -> Any:
+    """A worker's shutdown part whose master has no health port (``health`` None)."""
+    return SimpleNamespace(health=None, worker=None)
+
+
 class TestWorkerSide:
     """start_worker_health in a worker with the port off."""
 
     def test_a_setting_only_the_worker_sees_is_a_warning(self, caplog: pytest.LogCaptureFixture) -> None:
         """GRACEFUL_HEALTH_BIND from app.config reaches only the worker: a warning says where to set it."""
         with caplog.at_level(logging.WARNING, logger="graceful.gunicorn.health"):
-            assert start_worker_health(object(), lifecycle_with("0.0.0.0:8081"), None) is None
+            assert start_worker_health(no_health_port(), lifecycle_with("0.0.0.0:8081")) is None
         assert any("reads it from the environment" in r.getMessage() for r in caplog.records)
 
     def test_off_everywhere_is_silent(self, caplog: pytest.LogCaptureFixture) -> None:
         """With the port off in the worker too, nothing starts and nothing is logged."""
         with caplog.at_level(logging.WARNING, logger="graceful.gunicorn.health"):
-            assert start_worker_health(object(), Lifecycle(Config()), None) is None
+            assert start_worker_health(no_health_port(), Lifecycle(Config())) is None
         assert caplog.records == []

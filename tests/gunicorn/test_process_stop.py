@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from graceful.gunicorn.adapter.worker import WorkerAdapter
 from graceful.gunicorn.process_stop import ProcessStop
 from graceful.gunicorn.recycling import GthreadStop
 from graceful.gunicorn.stop_reason import StopReason, StopReasonSlot
@@ -55,7 +56,7 @@ class Request:
 
 def stop_of(worker: object, shared: Shared | None = None, drain_timeout: float = 5.0) -> ProcessStop:
     holder: Any = shared or Shared()
-    stop = ProcessStop(worker, holder)
+    stop = ProcessStop(WorkerAdapter(worker), holder)
     stop.drain_timeout = drain_timeout  # what install() sets from the config
     return stop
 

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from graceful.gunicorn.recycling import GthreadStop, stop_accepting_22
+from graceful.gunicorn.adapter.gthread import stop_accepting_22
+from graceful.gunicorn.recycling import GthreadStop
 
 
 class Config:

@@ -10,6 +10,7 @@ from gunicorn.workers.ggevent import GeventPyWSGIWorker, GeventWorker
 from gunicorn.workers.gthread import ThreadWorker
 from gunicorn.workers.sync import SyncWorker
 
+from graceful.gunicorn.adapter.arbiter import ArbiterAdapter
 from graceful.gunicorn.worker_classes import refuse_unsupported, worker_kind
 
 
@@ -59,7 +60,7 @@ class TestRefuseUnsupported:
         pidfile = Pidfile()
         server: Any = Server(GeventPyWSGIWorker, "gevent_pywsgi", pidfile)
         with pytest.raises(RuntimeError) as refused:
-            refuse_unsupported(server)
+            refuse_unsupported(ArbiterAdapter(server))
         assert str(refused.value) == (
             "graceful: Gunicorn worker class gunicorn.workers.ggevent.GeventPyWSGIWorker (-k gevent_pywsgi)"
             " is not supported; use one of: sync, gthread, gevent"
@@ -70,11 +71,11 @@ class TestRefuseUnsupported:
         """No pidfile configured: refused all the same."""
         server: Any = Server(MySyncWorker, "tests.x:MySyncWorker", None)
         with pytest.raises(RuntimeError, match=r"test_worker_classes\.MySyncWorker \(-k tests\.x:MySyncWorker\)"):
-            refuse_unsupported(server)
+            refuse_unsupported(ArbiterAdapter(server))
 
     @pytest.mark.parametrize("cls", [SyncWorker, ThreadWorker, GeventWorker])
     def test_supported_ones_pass(self, cls: type) -> None:
         """A supported class is let through and the pidfile stays."""
         pidfile = Pidfile()
-        refuse_unsupported(Server(cls, "whatever", pidfile))
+        refuse_unsupported(ArbiterAdapter(Server(cls, "whatever", pidfile)))
         assert not pidfile.unlinked

@@ -4,7 +4,7 @@
 
 Does what a Gunicorn gevent worker does: the lifecycle and the app's middleware
 exist before ``monkey.patch_all()`` (made in the master, or at import), then
-``graceful.gunicorn.gevent_worker.prepare`` runs (``renew``; ``stale`` skips
+graceful's gevent preparation (the lifecycle renewed, the servers recorded) runs (``renew``; ``stale`` skips
 it: gevent's own StreamServer, the control). A request greenlet waits on ``environ["graceful.shutting_down"]``
 while a ticker greenlet counts 10 ms ticks and a third fires
 NotAcceptingNewRequests after 0.3 s. Then a StreamServer is built from
@@ -50,10 +50,13 @@ import gevent  # noqa: E402
 import gevent.event  # noqa: E402
 import gunicorn.workers.ggevent as ggevent  # noqa: E402
 
-from graceful.gunicorn import gevent_worker  # noqa: E402
+from graceful.gunicorn.adapter.gevent import record_servers  # noqa: E402
 
 logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
-servers = gevent_worker.prepare(object(), lifecycle) if mode == "renew" else None
+servers = None
+if mode == "renew":  # what a gevent worker's post_worker_init does (graceful.gunicorn.worker)
+    lifecycle.renew_after_patch()
+    servers = record_servers()
 
 ticks: list[float] = []
 

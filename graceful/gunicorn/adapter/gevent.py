@@ -1,4 +1,4 @@
-"""Gunicorn's gevent worker (``-k gevent``, GeventWorker) under graceful; Gunicorn 22-27, gevent 23.9+.
+"""Gunicorn's gevent worker (``-k gevent``, GeventWorker): its servers, recorded; Gunicorn 22-27, gevent 23.9+.
 
 Runs in a gevent worker process. ``GeventWorker.init_process`` calls
 gevent's ``monkey.patch_all()`` before ``post_worker_init``, so by then
@@ -6,12 +6,10 @@ gevent's ``monkey.patch_all()`` before ``post_worker_init``, so by then
 ``threading.Lock`` make cooperative ones: graceful's ``graceful-watch`` and
 ``graceful-stop`` threads, its hook threads and every wait of theirs
 (``select``, ``time.sleep``) run on the hub without blocking it.
-:func:`prepare` (``post_worker_init``, the main greenlet) does the rest:
+:func:`record_servers` (``post_worker_init``, the main greenlet) does the
+rest (the worker's part renews the lifecycle's events and locks first,
+:meth:`graceful.Lifecycle.renew_after_patch`):
 
-* the lifecycle's events and locks were made in the master, before the
-  patch: real OS primitives, which would block the hub when waited on
-  (``environ["graceful.shutting_down"]`` above all). They are renewed
-  (:meth:`graceful.Lifecycle.renew_after_patch`).
 * The worker accepts through one gevent ``StreamServer`` per listener,
   built in ``run()`` from the module global
   ``gunicorn.workers.ggevent.StreamServer``. Before ``run()`` reads it, it
@@ -40,9 +38,9 @@ import os
 import sys
 from typing import Any
 
-from graceful.core.lifecycle import Lifecycle
+from graceful.gunicorn.adapter.release import gunicorn_release
 
-__all__ = ["GeventServers", "prepare"]
+__all__ = ["GeventServers", "record_servers"]
 
 logger = logging.getLogger(__name__)
 
@@ -59,21 +57,21 @@ class GeventServers:
             server.stop_accepting_for_good()
 
 
-def prepare(worker: Any, lifecycle: Lifecycle) -> GeventServers | None:
-    """``post_worker_init`` of a gevent worker (main greenlet): renew the lifecycle, quiet the servers.
+def record_servers() -> GeventServers | None:
+    """``post_worker_init`` of a gevent worker (main greenlet): record and quiet the servers it will build.
 
     Returns the recorded servers, or None (logged once) when this Gunicorn's
     gevent worker does not build its servers from
     ``gunicorn.workers.ggevent.StreamServer``.
     """
-    lifecycle.renew_after_patch()
     module = sys.modules.get("gunicorn.workers.ggevent")
     base = getattr(module, "StreamServer", None)
     if not isinstance(base, type) or not callable(getattr(base, "do_read", None)):
         logger.warning(
-            "graceful: worker %d: this Gunicorn's gevent worker has no StreamServer to record: when the"
+            "graceful: worker %d: Gunicorn %s's gevent worker has no StreamServer to record: when the"
             " listeners shut down, gevent logs an 'Errno 22' traceback per listener (nothing is lost)",
             os.getpid(),
+            gunicorn_release(),
         )
         return None
     recorded = GeventServers()

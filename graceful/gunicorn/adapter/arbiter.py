@@ -1,0 +1,316 @@
+"""The Gunicorn master (arbiter) as graceful sees it: the only code that touches the arbiter's internals.
+
+Runs in the master. Made in ``on_starting`` (main thread, before the
+listeners and the first fork), where :meth:`ArbiterAdapter.probe` looks for
+every internal graceful uses, once: a release without one of them stops
+Gunicorn at start-up with one line naming the release and what is missing.
+The rest of graceful sees :class:`Arbiter`, a small typed interface, so a
+fake arbiter can drive the master's whole shutdown in a unit test.
+
+What differs between the supported releases (22 to 27) lives here:
+
+* the signal queue: 24+ keep a ``queue.SimpleQueue`` that the main loop
+  blocks on (1 s at most); 22/23 a list plus a self-pipe (``wakeup()``).
+  :meth:`ArbiterAdapter.wake_to_stop` puts a TERM there, the one signal
+  whose handling graceful owns, so that the loop wakes at once and calls it.
+* the instance attributes set on the arbiter (``handle_term``,
+  ``handle_hup``, ``handle_ttou``, ``murder_workers``, ``reap_workers``,
+  ``reexec``, ``stop``): Gunicorn looks its handlers and periodic calls up
+  by name on the instance on every release, so an instance attribute
+  replaces or wraps the class's method for this arbiter only.
+
+Gunicorn's main loop ends the server when a handler raises
+``StopIteration`` (its ``halt()``): :meth:`ArbiterAdapter.on_term` turns a
+handler's ``True`` ("stop now") into that, so nothing else in graceful
+raises it.
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+from collections.abc import Callable
+from types import FrameType
+from typing import Any, Protocol
+
+from graceful.gunicorn.adapter.release import GunicornMissing, missing_attributes
+
+__all__ = ["Arbiter", "ArbiterAdapter", "GunicornHandler", "OsSignalHandler"]
+
+#: Gunicorn's own OS-level handler of a signal: ``handler(signum, frame)``.
+GunicornHandler = Callable[[int, "FrameType | None"], object]
+#: ``handler(signum, frame, gunicorn_handler)``: graceful's OS-level handler in front of Gunicorn's.
+OsSignalHandler = Callable[[int, "FrameType | None", "GunicornHandler | None"], None]
+
+# What graceful reads or calls on every release (probed once, in on_starting).
+_NEEDED = (
+    "WORKERS",
+    "LISTENERS",
+    "SIG_QUEUE",
+    "cfg",
+    "log",
+    "kill_workers",
+    "reap_workers",
+    "murder_workers",
+    "reexec",
+    "stop",
+    "handle_term",
+    "handle_hup",
+    "handle_ttou",
+    "reexec_pid",
+    "master_pid",
+    "worker_class",
+)
+_NEEDED_CFG = ("graceful_timeout", "timeout", "bind", "reuse_port", "env_orig")
+
+
+class Arbiter(Protocol):
+    """What the master's part of graceful needs from Gunicorn's arbiter (master, main thread unless said)."""
+
+    def worker_pids(self) -> set[int]:
+        """The pids of the live workers, now (any thread: one C-level copy of Gunicorn's dict)."""
+
+    def listeners(self) -> list[socket.socket]:
+        """The master's listening sockets (none with reuse_port on 24+: each worker binds its own)."""
+
+    def graceful_timeout(self) -> float:
+        """Gunicorn's ``graceful_timeout``: how long its stop waits for the workers."""
+
+    def workers_own_listeners(self) -> bool:
+        """True when each worker binds its own listeners (reuse_port, Gunicorn 24+), the master none."""
+
+    def listeners_shared_with_others(self) -> bool:
+        """True when another process also serves these sockets (a USR2 peer, systemd, ``fd://``)."""
+
+    def successor_pid(self) -> int:
+        """The pid of this master's USR2 child while it lives (0: none)."""
+
+    def predecessor_pid(self) -> int:
+        """The pid of the master that re-executed this one, until it is gone (0: none)."""
+
+    def reap(self) -> None:
+        """Reap the children that exited (workers, a USR2 child) as Gunicorn does (its ``reap_workers``)."""
+
+    def signal_workers(self, signum: int) -> None:
+        """Send ``signum`` to every live worker (Gunicorn's ``kill_workers``)."""
+
+    def wake_to_stop(self) -> None:
+        """Any thread: wake the main loop at once with a TERM, which it passes to the :meth:`on_term` handler."""
+
+    def notify_systemd(self, message: str) -> None:
+        """Any thread: tell systemd ``message`` (``STOPPING=1``, ``STATUS=...``) when it supervises the master."""
+
+    def worker_timeout(self) -> float:
+        """Gunicorn's ``timeout`` (0: off): after it, the master kills a silent worker."""
+
+    def log_error(self, message: str) -> None:
+        """One line in Gunicorn's error log."""
+
+    def binds(self) -> list[str]:
+        """Gunicorn's ``bind`` addresses, as configured."""
+
+    def worker_class_setting(self) -> str:
+        """The worker class as configured (``sync``, ``gthread``, a dotted path), or ``""``."""
+
+    def exec_environment(self) -> dict[str, str]:
+        """The environment a USR2 re-exec passes to the new master (``pre_exec``: add to it)."""
+
+    def on_term(self, handler: Callable[[], bool]) -> None:
+        """The main loop's SIGTERM handling becomes ``handler()``; its ``True`` stops Gunicorn."""
+
+    def before_reload(self, callback: Callable[[], object]) -> None:
+        """Call ``callback()`` on the main thread before Gunicorn's HUP handling."""
+
+    def before_scale_in(self, callback: Callable[[], object]) -> None:
+        """Call ``callback()`` on the main thread before Gunicorn's TTOU handling."""
+
+    def before_stop(self, callback: Callable[[], object]) -> None:
+        """Call ``callback()`` before Gunicorn's ``stop()``."""
+
+    def on_loop_tick(self, callback: Callable[[], object]) -> None:
+        """Call ``callback()`` (signal-safe) whenever the main loop runs its periodic calls."""
+
+    def around_reexec(self, wrapper: Callable[[Callable[[], object]], object]) -> None:
+        """USR2: Gunicorn's ``reexec()`` runs as ``wrapper(reexec)``."""
+
+    def front_os_signals(self, signums: tuple[int, ...], handler: OsSignalHandler) -> None:
+        """Main thread: put ``handler`` in front of Gunicorn's OS-level handlers of ``signums``."""
+
+
+class ArbiterAdapter:
+    """Gunicorn's arbiter behind :class:`Arbiter`, plus the interception points the master needs.
+
+    Made in ``on_starting`` with :meth:`probe`. Thread-safety is Gunicorn's:
+    the methods that read ``WORKERS`` copy it in one C call; the others are
+    called on the master's main thread, where Gunicorn calls its own.
+    """
+
+    def __init__(self, server: Any) -> None:
+        self._server = server
+
+    @classmethod
+    def probe(cls, server: Any) -> ArbiterAdapter:
+        """``on_starting``: the adapter, or GunicornMissing naming the release and the internals it lacks."""
+        missing = missing_attributes(server, _NEEDED) or missing_attributes(server.cfg, _NEEDED_CFG, prefix="cfg.")
+        if not missing and not (hasattr(server.SIG_QUEUE, "put_nowait") or callable(getattr(server, "wakeup", None))):
+            missing = ["SIG_QUEUE.put_nowait (24+) or wakeup (22/23)"]
+        if missing:
+            raise GunicornMissing("arbiter", missing)
+        return cls(server)
+
+    # -- facts -------------------------------------------------------------------------------
+
+    def worker_pids(self) -> set[int]:
+        """See :meth:`Arbiter.worker_pids`."""
+        return set(self._server.WORKERS)
+
+    def listeners(self) -> list[socket.socket]:
+        """See :meth:`Arbiter.listeners`."""
+        return list(self._server.LISTENERS)
+
+    def graceful_timeout(self) -> float:
+        """See :meth:`Arbiter.graceful_timeout`."""
+        return float(self._server.cfg.graceful_timeout)
+
+    def worker_timeout(self) -> float:
+        """Gunicorn's ``timeout`` (0: off): after it, the master kills a silent worker."""
+        return float(self._server.cfg.timeout or 0)
+
+    def binds(self) -> list[str]:
+        """Gunicorn's ``bind`` addresses, as configured."""
+        return [str(address) for address in self._server.cfg.bind]
+
+    def worker_class(self) -> Any:
+        """The worker class Gunicorn loaded (``-k sync`` with ``--threads`` > 1 is already ThreadWorker)."""
+        return self._server.worker_class
+
+    def worker_class_setting(self) -> str:
+        """The worker class as configured (``sync``, ``gthread``, a dotted path), or ``""``."""
+        name = getattr(self._server.cfg, "worker_class_str", None)
+        return name if isinstance(name, str) else ""
+
+    def workers_own_listeners(self) -> bool:
+        """See :meth:`Arbiter.workers_own_listeners`."""
+        return bool(self._server.cfg.reuse_port) and not self._server.LISTENERS
+
+    def listeners_shared_with_others(self) -> bool:
+        """See :meth:`Arbiter.listeners_shared_with_others`."""
+        server = self._server
+        inherited = any(str(address).startswith("fd://") for address in server.cfg.bind)
+        return bool(server.reexec_pid or server.master_pid or getattr(server, "systemd", False) or inherited)
+
+    def successor_pid(self) -> int:
+        """See :meth:`Arbiter.successor_pid`."""
+        return int(self._server.reexec_pid or 0)
+
+    def predecessor_pid(self) -> int:
+        """See :meth:`Arbiter.predecessor_pid`."""
+        return int(self._server.master_pid or 0)
+
+    def exec_environment(self) -> dict[str, str]:
+        """The environment a USR2 re-exec passes to the new master (``pre_exec``: add to it)."""
+        env: dict[str, str] = self._server.cfg.env_orig
+        return env
+
+    # -- actions ---------------------------------------------------------------------------------
+
+    def reap(self) -> None:
+        """See :meth:`Arbiter.reap`."""
+        self._server.reap_workers()
+
+    def signal_workers(self, signum: int) -> None:
+        """See :meth:`Arbiter.signal_workers`."""
+        self._server.kill_workers(signum)
+
+    def wake_to_stop(self) -> None:
+        """See :meth:`Arbiter.wake_to_stop`."""
+        server = self._server
+        queue = server.SIG_QUEUE
+        if hasattr(queue, "put_nowait"):  # Gunicorn 24+: a SimpleQueue the loop blocks on
+            queue.put_nowait(signal.SIGTERM)
+        else:  # Gunicorn 22/23: a list plus a self-pipe
+            queue.append(signal.SIGTERM)
+            server.wakeup()
+
+    def notify_systemd(self, message: str) -> None:
+        """See :meth:`Arbiter.notify_systemd`."""
+        from gunicorn import systemd
+
+        systemd.sd_notify(message, self._server.log)
+
+    def remove_pidfile(self) -> None:
+        """Remove the pidfile Gunicorn wrote (refusing to start: none is left behind)."""
+        if self._server.pidfile is not None:
+            self._server.pidfile.unlink()
+
+    def error_log_handlers(self) -> list[Any]:
+        """The handlers of Gunicorn's error log (graceful's lines go there unless logging was configured)."""
+        return list(self._server.log.error_log.handlers)
+
+    def log_error(self, message: str) -> None:
+        """One line in Gunicorn's error log."""
+        self._server.log.error("%s", message)
+
+    # -- interception: the arbiter's own methods, replaced or wrapped on this instance ------------
+
+    def on_term(self, handler: Callable[[], bool]) -> None:
+        """The main loop's SIGTERM handling becomes ``handler()``; its ``True`` stops Gunicorn (``halt()``)."""
+
+        def handle_term() -> None:
+            if handler():
+                raise StopIteration  # how Gunicorn's main loop is told to halt
+
+        self._server.handle_term = handle_term
+
+    def before_reload(self, callback: Callable[[], object]) -> None:
+        """Call ``callback()`` on the main thread before Gunicorn's HUP handling (its ``reload()``)."""
+        self._before("handle_hup", callback)
+
+    def before_scale_in(self, callback: Callable[[], object]) -> None:
+        """Call ``callback()`` on the main thread before Gunicorn's TTOU handling (one worker fewer)."""
+        self._before("handle_ttou", callback)
+
+    def before_stop(self, callback: Callable[[], object]) -> None:
+        """Call ``callback()`` before Gunicorn's ``stop()`` (every stop: graceful, quick, on halt)."""
+        self._before("stop", callback)
+
+    def on_loop_tick(self, callback: Callable[[], object]) -> None:
+        """Call ``callback()`` whenever the main loop runs its periodic calls (at least once a second).
+
+        Gunicorn's loop calls ``murder_workers()`` after every wait and
+        ``reap_workers()`` whenever a child exits (22: from its SIGCHLD
+        handler too): ``callback`` must be safe in a signal handler (set a
+        plain attribute).
+        """
+        self._before("murder_workers", callback)
+        self._before("reap_workers", callback)
+
+    def around_reexec(self, wrapper: Callable[[Callable[[], object]], object]) -> None:
+        """USR2: Gunicorn's ``reexec()`` (which forks the new master) runs as ``wrapper(reexec)``."""
+        original = self._server.reexec
+        self._server.__dict__["reexec"] = lambda: wrapper(original)
+
+    def front_os_signals(self, signums: tuple[int, ...], handler: OsSignalHandler) -> None:
+        """Main thread: put ``handler`` in front of Gunicorn's OS-level handlers of ``signums``.
+
+        ``handler(signum, frame, gunicorn_handler)`` runs inside the OS
+        signal handler: it may only read and set plain attributes, queue,
+        and call ``gunicorn_handler`` (Gunicorn's, which queues).
+        """
+        for signum in signums:
+            previous = signal.getsignal(signum)
+            gunicorn_handler = previous if callable(previous) else None
+
+            def front(number: int, frame: FrameType | None, gunicorn: Any = gunicorn_handler) -> None:
+                handler(number, frame, gunicorn)
+
+            signal.signal(signum, front)
+
+    def _before(self, name: str, callback: Callable[[], object]) -> None:
+        original = getattr(self._server, name)
+
+        def call_then_original(*args: Any, **kwargs: Any) -> Any:
+            callback()
+            return original(*args, **kwargs)
+
+        self._server.__dict__[name] = call_then_original

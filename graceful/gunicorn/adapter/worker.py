@@ -1,0 +1,195 @@
+"""One Gunicorn worker as graceful sees it: the only code that touches a worker's internals.
+
+Runs in a worker process (sync, gthread or gevent; Gunicorn 22-27). Made in
+``post_fork`` (worker main thread) by :meth:`WorkerAdapter.probe`, which
+looks once for every internal every worker class has: a release without one
+stops the worker at boot with one line naming the release and what is
+missing. What each class adds is probed in ``post_worker_init``, when
+Gunicorn has built it: gthread's main loop (:mod:`.gthread`), gevent's
+servers (:mod:`.gevent`). The rest of graceful sees :class:`Worker`, so a
+fake worker can drive a worker's whole stop in a unit test.
+"""
+
+from __future__ import annotations
+
+import errno
+import math
+import os
+import threading
+from collections.abc import Callable
+from types import FrameType
+from typing import Any, Protocol
+
+from graceful.gunicorn.adapter.gevent import GeventServers, record_servers
+from graceful.gunicorn.adapter.gthread import GthreadLoop, probe_gthread
+from graceful.gunicorn.adapter.release import GunicornMissing, missing_attributes
+from graceful.gunicorn.worker_classes import worker_kind
+
+__all__ = ["TermHandler", "Worker", "WorkerAdapter"]
+
+#: An OS-level SIGTERM handler: ``handler(signum, frame)``.
+TermHandler = Callable[[int, "FrameType | None"], object]
+
+# What graceful reads or calls on every worker class and release (probed in post_fork).
+_NEEDED = ("alive", "nr", "max_requests", "sockets", "cfg", "handle_exit")
+_NEEDED_CFG = ("graceful_timeout", "set")
+
+
+class Worker(Protocol):
+    """What a worker's part of graceful needs from Gunicorn's worker (worker process)."""
+
+    kind: str | None
+
+    def stop_loop(self) -> None:
+        """What Gunicorn's SIGTERM handler does: the worker leaves its loop (``alive = False``). Any thread."""
+
+    def is_alive(self) -> bool:
+        """False once the worker is leaving its loop."""
+
+    def requests_served(self) -> int:
+        """Gunicorn's count of the requests this worker served (sync and gevent count after ``pre_request``)."""
+
+    def max_requests(self) -> int:
+        """The ``max_requests`` limit Gunicorn chose for this worker (with its jitter; ``sys.maxsize``: none)."""
+
+    def before_term_handler(self, note: TermHandler) -> None:
+        """``post_fork``: Gunicorn's SIGTERM handler calls ``note`` first (inside the OS handler)."""
+
+    def sockets(self) -> list[Any]:
+        """The listening sockets this worker accepts on (its copies of the master's, or its own)."""
+
+    def graceful_timeout(self) -> float:
+        """The master's ``graceful_timeout``: how long it waits for this worker once it TERMs it."""
+
+    def bound_gunicorn_drain(self, seconds: float) -> None:
+        """Bound Gunicorn's own drain in this worker to ``seconds`` (its copy of ``graceful_timeout``)."""
+
+    def app(self) -> Any:
+        """The WSGI app this worker serves (loaded by ``post_worker_init``)."""
+
+    def wrap_app(self, wrap: Callable[[Any], Any]) -> None:
+        """``post_worker_init``: serve ``wrap(app)`` instead of the app."""
+
+    def guard_accept(self) -> None:
+        """Make ``accept()`` on a listener that was shut down idle briefly instead of crashing the worker."""
+
+    def gthread_loop(self) -> GthreadLoop | None:
+        """``post_worker_init`` of a gthread worker: its main loop, or None."""
+
+    def gevent_servers(self) -> GeventServers | None:
+        """``post_worker_init`` of a gevent worker: its servers as Gunicorn builds them, or None."""
+
+
+class WorkerAdapter:
+    """Gunicorn's worker behind :class:`Worker`, plus what the worker's boot needs. Made by :meth:`probe`."""
+
+    def __init__(self, worker: Any) -> None:
+        self._worker = worker
+        #: ``sync``, ``gthread`` or ``gevent``; None for a class graceful does not support (refused at start-up).
+        self.kind = worker_kind(worker)
+
+    @classmethod
+    def probe(cls, worker: Any) -> WorkerAdapter:
+        """``post_fork``: the adapter, or GunicornMissing naming the release and the internals it lacks."""
+        missing = missing_attributes(worker, _NEEDED)
+        if not missing:
+            missing = missing_attributes(worker.cfg, _NEEDED_CFG, prefix="cfg.")
+        if missing:
+            raise GunicornMissing("worker", missing)
+        return cls(worker)
+
+    # -- Worker ---------------------------------------------------------------------------------
+
+    def stop_loop(self) -> None:
+        """See :meth:`Worker.stop_loop`."""
+        self._worker.alive = False
+
+    def is_alive(self) -> bool:
+        """See :meth:`Worker.is_alive`."""
+        return bool(self._worker.alive)
+
+    def requests_served(self) -> int:
+        """See :meth:`Worker.requests_served`."""
+        return int(self._worker.nr)
+
+    def max_requests(self) -> int:
+        """See :meth:`Worker.max_requests`."""
+        return int(self._worker.max_requests)
+
+    # -- boot (worker main thread) ---------------------------------------------------------------------
+
+    def sockets(self) -> list[Any]:
+        """The listening sockets this worker accepts on (its copies of the master's, or its own)."""
+        return list(self._worker.sockets)
+
+    def graceful_timeout(self) -> float:
+        """The master's ``graceful_timeout``: how long it waits for this worker once it TERMs it."""
+        return float(self._worker.cfg.graceful_timeout)
+
+    def bound_gunicorn_drain(self, seconds: float) -> None:
+        """Bound Gunicorn's own drain in this worker to ``seconds`` (its copy of ``graceful_timeout``)."""
+        # Gunicorn's cfg.set validates a positive whole number of seconds.
+        self._worker.cfg.set("graceful_timeout", max(1, math.ceil(seconds)))
+
+    def app(self) -> Any:
+        """The WSGI app this worker serves (loaded by ``post_worker_init``)."""
+        return self._worker.wsgi
+
+    def wrap_app(self, wrap: Callable[[Any], Any]) -> None:
+        """``post_worker_init``: serve ``wrap(app)`` instead of the app."""
+        self._worker.wsgi = wrap(self._worker.wsgi)
+
+    def before_term_handler(self, note: TermHandler) -> None:
+        """``post_fork``: Gunicorn's SIGTERM handler (``handle_exit``) calls ``note`` first.
+
+        Gunicorn installs it before the app loads, well before ``post_worker_init``.
+
+        ``note`` runs inside the OS signal handler: plain attributes only.
+        """
+        gunicorn_exit = self._worker.handle_exit
+        if not callable(gunicorn_exit):
+            return
+
+        def handle_exit(signum: int, frame: FrameType | None) -> None:
+            note(signum, frame)
+            gunicorn_exit(signum, frame)
+
+        self._worker.handle_exit = handle_exit
+
+    def guard_accept(self) -> None:
+        """Make ``accept()`` on a listener that was shut down idle briefly instead of crashing the worker.
+
+        sync and gthread accept in a method (gevent in its servers: see
+        :mod:`.gevent`). The master's TERM follows within milliseconds;
+        exiting here instead would let Gunicorn fork a replacement in between.
+        """
+        original: Callable[..., Any] | None = getattr(self._worker, "accept", None)
+        if original is None:
+            return
+        pause = threading.Event()
+
+        def accept(*args: Any) -> Any:
+            try:
+                return original(*args)
+            except OSError as exc:
+                if exc.errno != errno.EINVAL:
+                    raise
+                # The listener was shut down (this server stopped listening):
+                # don't spin on it while waiting for the TERM.
+                pause.wait(0.01)
+                return None
+
+        self._worker.accept = accept
+
+    def gthread_loop(self) -> GthreadLoop | None:
+        """``post_worker_init`` of a gthread worker: its main loop, or None (warned) without the internals."""
+        return probe_gthread(self._worker) if self.kind == "gthread" else None
+
+    def gevent_servers(self) -> GeventServers | None:
+        """``post_worker_init`` of a gevent worker, after its patch: its servers as Gunicorn builds them, or None."""
+        return record_servers() if self.kind == "gevent" else None
+
+    @property
+    def pid(self) -> int:
+        """This process's pid."""
+        return os.getpid()

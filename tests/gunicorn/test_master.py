@@ -1,0 +1,319 @@
+"""Unit tests of the master's shutdown (graceful.gunicorn.master) against a fake arbiter and a fake clock.
+
+Each test plays Gunicorn's part with :class:`tests.gunicorn.fakes.FakeArbiter`:
+the main loop's TERM, HUP, TTOU, an OS signal, workers that exit or linger.
+No Gunicorn process, no sleep: the lifecycle's waits run on a FakeClock.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import NoReturn, cast
+
+import pytest
+
+from graceful.core.config import Config
+from graceful.core.lifecycle import Lifecycle
+from graceful.core.record import ROLE_WORKER, part_of
+from graceful.gunicorn.master import MasterShutdown
+from graceful.gunicorn.stop_reason import StopReason
+from graceful.testing import FakeClock, SignalRecorder
+from tests.gunicorn.fakes import FakeArbiter
+
+SOON = 10.0  # real seconds: a bound for a loaded machine, never reached when things work
+
+#: The master's signals in default mode, hooks quicker than the delay (the workers fire the rest).
+MASTER_ORDER = [
+    "ShutdownInitiated",
+    "PreShutdownHooksStopped",
+    "AfterShutdownDelayDuration",
+    "NotAcceptingNewRequests",
+    "HTTPServerStoppedListening",
+]
+
+
+class ExitRecorder:
+    """Stands in for the process's exit: records the status instead of ending the test run."""
+
+    def __init__(self) -> None:
+        self.codes: list[int] = []
+        self.called = threading.Event()
+
+    def __call__(self, code: int) -> None:
+        self.codes.append(code)
+        self.called.set()
+
+
+@pytest.fixture
+def made() -> Iterator[list[MasterShutdown]]:
+    """The masters a test makes; their shared directories are removed at the end."""
+    masters: list[MasterShutdown] = []
+    yield masters
+    for master in masters:
+        master.shared.parts.remove()
+
+
+def master_of(
+    made: list[MasterShutdown], arbiter: FakeArbiter, config: Config | None = None
+) -> tuple[MasterShutdown, Lifecycle, SignalRecorder, ExitRecorder]:
+    """An installed MasterShutdown over ``arbiter``, its lifecycle (FakeClock), a recorder and its exit."""
+    lifecycle = Lifecycle(config or Config(shutdown_delay=5), clock=FakeClock())
+    recorder = SignalRecorder(lifecycle)
+    exits = ExitRecorder()
+    master = MasterShutdown(arbiter, lifecycle, exit=cast("type[NoReturn]", exits))
+    made.append(master)
+    master.install()
+    return master, lifecycle, recorder, exits
+
+
+def shut_down(arbiter: FakeArbiter) -> None:
+    """The first TERM, then the hand-over's: what Gunicorn's main loop does when the shutdown thread wakes it."""
+    assert arbiter.term() is False
+    assert arbiter.woken.wait(SOON), "the shutdown thread never handed over"
+    assert arbiter.term() is True
+
+
+class TestFirstTerm:
+    def test_starts_the_timeline_and_keeps_gunicorn_running(self, made: list[MasterShutdown]) -> None:
+        """The first TERM: ShutdownInitiated at once, systemd told STOPPING=1, the workers' broadcast fired."""
+        arbiter = FakeArbiter()
+        master, lifecycle, _, _ = master_of(made, arbiter)
+        assert arbiter.term() is False  # Gunicorn's loop goes on: workers keep serving through the delay
+        assert lifecycle.shutdown_initiated.is_set()
+        assert arbiter.systemd[0] == "STOPPING=1"
+        assert master.shared.shutdown_initiated.is_fired()
+        assert "kill SIGTERM" not in arbiter.calls
+
+    def test_hands_over_after_the_delay_then_stops_the_workers(self, made: list[MasterShutdown]) -> None:
+        """The delay and the hooks, the listeners closed, one wake of the loop; its TERM stops the workers."""
+        arbiter = FakeArbiter()
+        master, _, recorder, _ = master_of(made, arbiter)
+        shut_down(arbiter)
+        recorder.assert_order(MASTER_ORDER)
+        delay = recorder.time_of("AfterShutdownDelayDuration") - recorder.time_of("ShutdownInitiated")
+        assert delay == pytest.approx(5.0)
+        assert master.shared.not_accepting.is_fired()
+        assert arbiter.calls.count("wake") == 1
+        assert arbiter.calls[-1] == "kill SIGTERM" and not arbiter.workers
+
+    def test_systemd_hears_each_signal(self, made: list[MasterShutdown]) -> None:
+        """systemd's STATUS follows the master's signals, after STOPPING=1."""
+        arbiter = FakeArbiter()
+        master_of(made, arbiter)
+        shut_down(arbiter)
+        assert arbiter.systemd == ["STOPPING=1", *(f"STATUS=graceful: {name}" for name in MASTER_ORDER)]
+
+    def test_pre_shutdown_hooks_run_once_together_in_the_master(self, made: list[MasterShutdown]) -> None:
+        """Every pre-shutdown hook runs once, all at once; NotAcceptingNewRequests waits for the slowest."""
+        arbiter = FakeArbiter()
+        lifecycle = Lifecycle(Config(shutdown_delay=1, hook_timeout=5), clock=FakeClock())
+        both_running = threading.Barrier(2, timeout=SOON)
+        ran: list[str] = []
+
+        for name in ("deregister-webhooks", "release-lease"):
+
+            @lifecycle.pre_shutdown_hook(name)
+            def hook(name: str = name) -> None:
+                both_running.wait()  # fails unless both run at the same time
+                ran.append(name)
+
+        recorder = SignalRecorder(lifecycle)
+        master = MasterShutdown(arbiter, lifecycle)
+        made.append(master)
+        master.install()
+        shut_down(arbiter)
+        assert sorted(ran) == ["deregister-webhooks", "release-lease"]
+        assert recorder.names.index("PreShutdownHooksStopped") < recorder.names.index("NotAcceptingNewRequests")
+
+    def test_a_hung_hook_is_bounded_by_its_timeout(self, made: list[MasterShutdown]) -> None:
+        """A pre-shutdown hook that never returns holds the listeners open only until its timeout."""
+        arbiter = FakeArbiter()
+        lifecycle = Lifecycle(Config(shutdown_delay=1, hook_timeout=3), clock=FakeClock())
+        release = threading.Event()
+
+        @lifecycle.pre_shutdown_hook("hangs")
+        def hangs() -> None:
+            release.wait(SOON)
+
+        recorder = SignalRecorder(lifecycle)
+        master = MasterShutdown(arbiter, lifecycle)
+        made.append(master)
+        master.install()
+        try:
+            shut_down(arbiter)
+            t0 = recorder.time_of("ShutdownInitiated")
+            assert recorder.time_of("NotAcceptingNewRequests") - t0 == pytest.approx(3.0)
+            assert lifecycle.hung_hooks == ["hangs"]
+        finally:
+            release.set()
+
+
+class TestSecondSignal:
+    def test_a_second_term_during_the_delay_exits_1_and_kills_the_workers(self, made: list[MasterShutdown]) -> None:
+        """A TERM while the delay runs: the workers are SIGKILLed and the master exits 1 at once."""
+        arbiter = FakeArbiter()
+        _, lifecycle, _, exits = master_of(made, arbiter)
+        lifecycle.pre_shutdown_hook("holds-the-delay")(lambda: None)
+        assert arbiter.term() is False
+        arbiter.term()
+        assert exits.codes == [1]
+        assert "kill SIGKILL" in arbiter.calls
+
+    def test_a_term_while_the_workers_drain_exits_1(self, made: list[MasterShutdown]) -> None:
+        """After the hand-over Gunicorn's stop() would drop a TERM: graceful's trap exits 1 instead."""
+        arbiter = FakeArbiter(exit_on=(signal.SIGKILL,))  # the workers are still draining
+        master, _, _, exits = master_of(made, arbiter)
+        assert arbiter.term() is False
+        assert arbiter.woken.wait(SOON)
+        arbiter.os_signal(signal.SIGTERM)  # as the OS handler runs it: queued for the trap's thread
+        assert exits.called.wait(SOON)
+        assert exits.codes == [1] and "kill SIGKILL" in arbiter.calls
+        assert arbiter.gunicorn_os_signals == []  # never reached Gunicorn, which would drop it
+        master.shared.parts.remove()
+
+    def test_int_while_the_workers_drain_is_gunicorns_quick_stop(self, made: list[MasterShutdown]) -> None:
+        """SIGINT (or QUIT) during the workers' drain: passed to Gunicorn, and the workers get QUIT."""
+        arbiter = FakeArbiter(exit_on=(signal.SIGQUIT, signal.SIGKILL))
+        master_of(made, arbiter)
+        assert arbiter.term() is False
+        assert arbiter.woken.wait(SOON)
+        arbiter.on_reap = lambda: arbiter.os_signal(signal.SIGINT)  # arrives while the master reaps
+        assert arbiter.term() is True
+        assert arbiter.calls[-3:] == ["kill SIGTERM", "reap", "kill SIGQUIT"]
+        assert arbiter.gunicorn_os_signals == [signal.SIGINT]
+
+    @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGQUIT])
+    def test_int_and_quit_before_a_term_are_gunicorns(self, made: list[MasterShutdown], signum: int) -> None:
+        """INT and QUIT while serving go straight to Gunicorn's own quick stop: no timeline."""
+        arbiter = FakeArbiter()
+        master, lifecycle, recorder, _ = master_of(made, arbiter)
+        arbiter.os_signal(signum)
+        assert arbiter.gunicorn_os_signals == [signum]
+        arbiter.stop()  # Gunicorn's quick stop
+        master.finish()
+        assert recorder.names == [] and not lifecycle.shutdown_initiated.is_set()
+
+
+class TestWorkersThatLinger:
+    def test_killed_after_graceful_timeout_with_a_count(
+        self, made: list[MasterShutdown], caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """Workers still running when graceful_timeout ends are SIGKILLed, the count logged."""
+        arbiter = FakeArbiter(graceful_timeout=0.02, exit_on=(signal.SIGKILL,))
+        master_of(made, arbiter)
+        with caplog.at_level(logging.WARNING, logger="graceful"):
+            shut_down(arbiter)
+        assert arbiter.calls[-1] == "kill SIGKILL"
+        assert "2 worker(s) still running after graceful_timeout: killing" in caplog.text
+
+    def test_a_worker_that_exits_on_its_own_is_not_waited_for(self, made: list[MasterShutdown]) -> None:
+        """The master reaps as workers exit: once none is left, Gunicorn's stop proceeds (no SIGKILL)."""
+        arbiter = FakeArbiter(exit_on=())
+        master_of(made, arbiter)
+        assert arbiter.term() is False
+        assert arbiter.woken.wait(SOON)
+        arbiter.on_reap = arbiter.workers.clear  # they exit after their drain and cleanup
+        assert arbiter.term() is True
+        assert arbiter.calls[-2:] == ["kill SIGTERM", "reap"]
+
+
+class TestNotAServerShutdown:
+    @pytest.mark.parametrize(
+        ("operation", "reason"), [("hup", StopReason.RELOAD), ("ttou", StopReason.SCALE_IN)]
+    )
+    def test_hup_and_ttou_say_why_and_start_no_timeline(
+        self, made: list[MasterShutdown], operation: str, reason: StopReason
+    ) -> None:
+        """HUP and TTOU write the workers' stop reason before Gunicorn acts; readiness and hooks untouched."""
+        arbiter = FakeArbiter()
+        master, _, recorder, _ = master_of(made, arbiter)
+        getattr(arbiter, operation)()
+        assert master.shared.stop_reason.read() is reason
+        assert recorder.names == [] and not master.shared.shutdown_initiated.is_fired()
+
+    @pytest.mark.parametrize(("successor", "predecessor"), [(4242, 0), (0, os.getppid())])
+    def test_term_with_a_live_usr2_peer_stops_only_this_masters_workers(
+        self, made: list[MasterShutdown], successor: int, predecessor: int, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """USR2 then TERM to the old master (or to the new one, rolling back): a process stop, no timeline."""
+        arbiter = FakeArbiter(successor=successor, predecessor=predecessor)
+        ran: list[str] = []
+        master, lifecycle, recorder, _ = master_of(made, arbiter)
+        lifecycle.pre_shutdown_hook("deregister")(lambda: ran.append("deregister"))
+        with caplog.at_level(logging.INFO, logger="graceful"):
+            assert arbiter.term() is True  # Gunicorn halts at once: its stop closes only this master's copies
+            master.finish()
+        assert arbiter.calls == ["front SIGTERM SIGINT SIGQUIT", "reap", "kill SIGTERM"]
+        assert master.shared.stop_reason.read() is StopReason.UPGRADE
+        assert recorder.names == [] and ran == [] and arbiter.systemd == []
+        assert f"pid {successor or predecessor} serves" in caplog.text
+
+
+class TestRetryAfterMode:
+    def test_listeners_close_once_every_live_worker_drained(self, made: list[MasterShutdown]) -> None:
+        """send_retry_after: the master keeps listening until each live worker reports; one that died is not awaited."""
+        arbiter = FakeArbiter(workers=(11, 12, 13))
+        master, _, recorder, _ = master_of(made, arbiter, Config(shutdown_delay=1, send_retry_after=True))
+
+        def workers_drain() -> None:
+            assert master.shared.not_accepting.is_fired(timeout=SOON)
+            master.shared.drained.report(11)
+            arbiter.workers.discard(12)  # died during the drain
+            master.shared.drained.report(13)
+
+        reporter = threading.Thread(target=workers_drain)
+        reporter.start()
+        shut_down(arbiter)
+        reporter.join(SOON)
+        names = recorder.names
+        assert names.index("NotAcceptingNewRequests") < names.index("HTTPServerStoppedListening")
+
+
+class TestListenersSharedWithOthers:
+    def test_each_worker_stops_accepting_and_reports(self, made: list[MasterShutdown]) -> None:
+        """Sockets another process also serves (systemd, fd://, a USR2 peer) stay open: workers stop accepting."""
+        arbiter = FakeArbiter(shared_listeners=True)
+        master, _, recorder, _ = master_of(made, arbiter)
+
+        def workers_report() -> None:
+            assert master.shared.close_listeners.is_fired(timeout=SOON)
+            for pid in (11, 12):
+                master.shared.listeners_closed.report(pid)
+
+        reporter = threading.Thread(target=workers_report)
+        reporter.start()
+        shut_down(arbiter)
+        reporter.join(SOON)
+        recorder.assert_order(MASTER_ORDER)
+
+
+class TestFinish:
+    def test_the_record_merges_the_workers_parts(self, made: list[MasterShutdown], tmp_path: Path) -> None:
+        """on_exit: the master's signals and each worker's part make one record, written to GRACEFUL_REPORT_FILE."""
+        report = tmp_path / "record.json"
+        arbiter = FakeArbiter()
+        master, lifecycle, _, _ = master_of(made, arbiter, Config(shutdown_delay=1, report_file=str(report)))
+        shut_down(arbiter)
+        worker = Lifecycle(Config(shutdown_delay=1), clock=FakeClock())
+        worker.shutdown_initiated.fire()
+        worker.drain_and_clean_up()
+        master.shared.parts.write(11, part_of(worker, 11, ROLE_WORKER))
+        master.finish()
+        record = json.loads(report.read_text())
+        assert [(p["pid"], p["role"]) for p in record["parts"]] == [(os.getpid(), "master"), (11, "worker")]
+        assert lifecycle.cleanup_finished.is_set()
+        assert not os.path.exists(master.shared.files.path)
+
+    def test_a_quick_stop_leaves_no_record(self, made: list[MasterShutdown], tmp_path: Path) -> None:
+        """INT/QUIT while serving: no graceful shutdown happened, so nothing is recorded."""
+        report = tmp_path / "record.json"
+        arbiter = FakeArbiter()
+        master, _, _, _ = master_of(made, arbiter, Config(report_file=str(report)))
+        master.finish()
+        assert not report.exists() and not os.path.exists(master.shared.files.path)

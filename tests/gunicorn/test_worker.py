@@ -1,0 +1,227 @@
+"""Unit tests of a worker's shutdown (graceful.gunicorn.worker) against a fake worker and real shared state.
+
+Each test plays Gunicorn's part with :class:`tests.gunicorn.fakes.FakeWorker`
+and the master's with a real :class:`~graceful.gunicorn.shared.SharedState`
+(pipes and shared memory, in this one process): its broadcasts, its stop
+reason, the directory where workers leave their part of the record. No
+Gunicorn process; the worker's SIGTERM handlers are installed for real and
+restored after each test.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from graceful.core.config import Config
+from graceful.core.lifecycle import Lifecycle
+from graceful.gunicorn.shared import SharedState
+from graceful.gunicorn.stop_reason import StopReason
+from graceful.gunicorn.worker import WorkerShutdown
+from graceful.testing import FakeClock
+from graceful.wsgi.middleware import GracefulMiddleware
+from tests.gunicorn.fakes import FakeGthreadLoop, FakeWorker, gunicorns_term_handler
+
+SOON = 10.0  # real seconds: a bound for a loaded machine, never reached when things work
+
+
+class Request:
+    """What ``pre_request`` gets: Gunicorn's request, which can be told to close its connection."""
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    def force_close(self) -> None:
+        self.closed = True
+
+
+@pytest.fixture
+def shared() -> Iterator[SharedState]:
+    """The master's shared state; its broadcasts fired at the end so the worker's threads end."""
+    state = SharedState()
+    previous = signal.getsignal(signal.SIGTERM)
+    yield state
+    signal.signal(signal.SIGTERM, previous)
+    state.close_listeners.fire()
+    state.parts.remove()
+
+
+def worker_of(fake: FakeWorker, shared: SharedState, config: Config | None = None) -> WorkerShutdown:
+    """``post_fork``: the worker's part over ``fake``, on a lifecycle of its own (the fork's copy)."""
+    lifecycle = Lifecycle(config or Config(shutdown_delay=1, drain_timeout=4), clock=FakeClock())
+    return WorkerShutdown(fake, lifecycle, shared, master_listener=lambda _name, _at: None)
+
+
+def booted(fake: FakeWorker, shared: SharedState, config: Config | None = None) -> WorkerShutdown:
+    """``post_fork``, Gunicorn's SIGTERM handler, then ``post_worker_init``."""
+    shutdown = worker_of(fake, shared, config)
+    signal.signal(signal.SIGTERM, gunicorns_term_handler(fake))  # Gunicorn's init_signals
+    shutdown.start()
+    return shutdown
+
+
+def cleanup_log(lifecycle: Lifecycle) -> list[str]:
+    """Registers a cleanup task that notes its run; returns the notes."""
+    ran: list[str] = []
+    lifecycle.cleanup_task("close-pool")(lambda: ran.append("close-pool"))
+    return ran
+
+
+class TestPostFork:
+    def test_pre_shutdown_hooks_are_the_masters(self, shared: SharedState) -> None:
+        """A worker refuses pre-shutdown hooks, saying where to register them instead."""
+        shutdown = worker_of(FakeWorker(), shared)
+        with pytest.raises(RuntimeError, match="run once per server, in the master"):
+            shutdown.lifecycle.pre_shutdown_hook("deregister")(lambda: None)
+
+    def test_gunicorns_own_drain_is_bounded_by_drain_timeout(self, shared: SharedState) -> None:
+        """The worker's copy of graceful_timeout becomes drain_timeout; the master's wait is kept for the budget."""
+        fake = FakeWorker(graceful_timeout=30)
+        shutdown = worker_of(fake, shared)
+        assert fake.drain_bound == 4 and shutdown.graceful_timeout == 30
+
+
+class TestStart:
+    def test_wraps_the_app_guards_accept_and_runs_post_start_hooks(self, shared: SharedState) -> None:
+        """post_worker_init: the app is wrapped once, accept() guarded, post-start hooks started."""
+        fake = FakeWorker()
+        shutdown = worker_of(fake, shared)
+        started = threading.Event()
+        shutdown.lifecycle.post_start_hook("warm-cache")(started.set)
+        signal.signal(signal.SIGTERM, gunicorns_term_handler(fake))
+        shutdown.start()
+        assert isinstance(fake.wsgi, GracefulMiddleware)
+        assert "guard accept" in fake.calls
+        assert started.wait(SOON)
+
+    def test_a_cleanup_task_longer_than_gunicorns_wait_is_refused(self, shared: SharedState) -> None:
+        """A cleanup task the master's graceful_timeout cannot wait for stops the worker's boot."""
+        fake = FakeWorker(graceful_timeout=10)
+        shutdown = worker_of(fake, shared, Config(drain_timeout=4, grace_period=60))
+        shutdown.lifecycle.cleanup_task("flush", timeout=20)(lambda: None)
+        with pytest.raises(RuntimeError, match="graceful_timeout"):
+            shutdown.start()
+
+    def test_the_masters_facts_reach_the_worker(self, shared: SharedState) -> None:
+        """The master's ShutdownInitiated and NotAcceptingNewRequests become the worker's, in that order."""
+        shutdown = booted(FakeWorker(), shared)
+        lifecycle = shutdown.lifecycle
+        shared.shutdown_initiated.fire()
+        assert lifecycle.shutdown_initiated.wait(SOON)
+        assert not lifecycle.not_accepting_new_requests.is_set()
+        shared.not_accepting.fire()
+        assert lifecycle.not_accepting_new_requests.wait(SOON)
+
+
+class TestPreRequest:
+    def test_connection_close_from_shutdown_initiated(self, shared: SharedState) -> None:
+        """Responses keep their connection until ShutdownInitiated, then ask the client to close it."""
+        shutdown = booted(FakeWorker(), shared)
+        before, after = Request(), Request()
+        shutdown.before_request(before)
+        shared.shutdown_initiated.fire()
+        assert shutdown.lifecycle.shutdown_initiated.wait(SOON)
+        shutdown.before_request(after)
+        assert not before.closed and after.closed
+
+    def test_the_request_that_reaches_max_requests_starts_a_process_stop(
+        self, shared: SharedState, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """sync: the request that reaches max_requests starts the worker's stop, as 'recycled'."""
+        fake = FakeWorker(max_requests=3)
+        shutdown = booted(fake, shared)
+        fake.served = 2
+        with caplog.at_level(logging.INFO, logger="graceful"):
+            shutdown.before_request(Request())
+        assert shutdown.stopping and shutdown.stop.reason is StopReason.RECYCLED
+        assert f"worker {os.getpid()} stopping (recycled)" in caplog.text
+
+
+class TestExit:
+    def test_the_servers_stop_drains_cleans_up_and_leaves_its_part(self, shared: SharedState) -> None:
+        """The master's shutdown: the worker's cleanup runs once and its part is left for the master's record."""
+        fake = FakeWorker()
+        shutdown = booted(fake, shared)
+        ran = cleanup_log(shutdown.lifecycle)
+        shared.shutdown_initiated.fire()
+        assert shutdown.lifecycle.shutdown_initiated.wait(SOON)
+        os.kill(os.getpid(), signal.SIGTERM)  # the master's TERM: the handler runs in this main thread
+        assert fake.left_loop.wait(SOON)
+        shutdown.exit()
+        assert ran == ["close-pool"]
+        assert shutdown.lifecycle.cleanup_finished.is_set()
+        assert [part.pid for part in shared.parts.read_all()] == [os.getpid()]
+
+    @pytest.mark.parametrize(("reason", "text"), [(StopReason.RELOAD, "reload"), (StopReason.SCALE_IN, "scale-in")])
+    def test_a_process_stop_says_why_and_touches_no_server_signal(
+        self, shared: SharedState, caplog: pytest.LogCaptureFixture, reason: StopReason, text: str
+    ) -> None:
+        """HUP or TTOU: the worker logs why it stops, drains and cleans up; no server signal, no part left."""
+        fake = FakeWorker()
+        shutdown = booted(fake, shared)
+        ran = cleanup_log(shutdown.lifecycle)
+        shared.stop_reason.write(reason)  # the master writes it before its TERM
+        with caplog.at_level(logging.INFO, logger="graceful"):
+            os.kill(os.getpid(), signal.SIGTERM)
+            assert fake.left_loop.wait(SOON)
+            shutdown.exit()
+        pid = os.getpid()
+        lines = [r.getMessage() for r in caplog.records if f"worker {pid} stop" in r.getMessage()]
+        assert lines == [f"graceful: worker {pid} stopping ({text})", f"graceful: worker {pid} stopped ({text})"]
+        assert ran == ["close-pool"]
+        assert not shutdown.lifecycle.shutdown_initiated.is_set() and shared.parts.read_all() == []
+
+    def test_a_worker_killed_for_its_timeout_goes_straight_to_cleanup(
+        self, shared: SharedState, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """worker_abort (the master's SIGABRT after the worker's timeout): no drain wait, cleanup, reason 'timeout'."""
+        shutdown = booted(FakeWorker(), shared)
+        ran = cleanup_log(shutdown.lifecycle)
+        shutdown.abort()
+        with caplog.at_level(logging.INFO, logger="graceful"):
+            shutdown.exit()
+        assert ran == ["close-pool"] and shutdown.stop.reason is StopReason.TIMEOUT
+        assert f"worker {os.getpid()} stopping (timeout)" in caplog.text
+
+    def test_a_worker_that_never_booted_only_cleans_up(self, shared: SharedState) -> None:
+        """A worker that failed before post_worker_init: its cleanup tasks run, nothing else."""
+        shutdown = worker_of(FakeWorker(), shared)
+        ran = cleanup_log(shutdown.lifecycle)
+        shutdown.exit()
+        assert ran == ["close-pool"] and not shutdown.stopping
+
+    def test_worker_exit_in_the_master_is_ignored(self, shared: SharedState) -> None:
+        """Gunicorn also calls worker_exit in the master: another pid than the worker's does nothing."""
+        shutdown = booted(FakeWorker(), shared)
+        ran = cleanup_log(shutdown.lifecycle)
+        shutdown.pid = os.getpid() + 1  # as seen from the master: the worker's pid is not its own
+        shutdown.exit()
+        assert ran == []
+
+
+class TestGthread:
+    def test_the_stop_waits_for_connections_then_hands_to_gunicorn(self, shared: SharedState) -> None:
+        """gthread: stop accepting, wait for the late accepts and open connections, then Gunicorn's own stop."""
+        loop = FakeGthreadLoop(connections=0, max_requests=100)
+        fake = FakeWorker("gthread", gthread=loop)
+        shutdown = booted(fake, shared)
+        assert loop.calls == ["take over max_requests"]
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert fake.left_loop.wait(SOON)  # Gunicorn's handler runs only at the end of graceful's stop
+        assert loop.calls == ["take over max_requests", "stop accepting", "late accepts", "bound drain", "wake"]
+        shutdown.exit()
+
+    def test_the_request_that_reaches_the_limit_closes_its_connection(self, shared: SharedState) -> None:
+        """gthread counts in pre_request: the request reaching max_requests gets Connection: close and stops it."""
+        loop = FakeGthreadLoop(max_requests=2)
+        shutdown = booted(FakeWorker("gthread", gthread=loop), shared)
+        first, second = Request(), Request()
+        shutdown.before_request(first)
+        shutdown.before_request(second)
+        assert not first.closed and second.closed
+        assert shutdown.stop.reason is StopReason.RECYCLED
