@@ -1,0 +1,256 @@
+"""Unit tests of graceful.gunicorn.adapter against the Gunicorn that is installed, in this process.
+
+A real ``gunicorn.arbiter.Arbiter`` and real worker objects are built (as
+Gunicorn builds them before it binds or forks) and probed: every tox
+environment checks the adapter against its own Gunicorn release. Nothing is
+bound, forked or run; a stand-in takes the real arbiter's place only where
+Gunicorn's own method would act (reload, stop).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import socket
+import sys
+import threading
+from collections.abc import Iterator
+from types import FrameType, SimpleNamespace
+from typing import Any
+
+import gunicorn
+import pytest
+from gunicorn.app.base import BaseApplication
+from gunicorn.arbiter import Arbiter
+from gunicorn.workers.sync import SyncWorker
+
+from graceful.gunicorn.adapter.arbiter import ArbiterAdapter
+from graceful.gunicorn.adapter.release import GunicornMissing
+from graceful.gunicorn.adapter.worker import WorkerAdapter
+
+SOON = 10.0
+
+
+def app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+    start_response("200 OK", [])
+    return [b"ok"]
+
+
+class Application(BaseApplication):  # type: ignore[misc]  # Gunicorn has no type hints
+    """A Gunicorn application configured in code, as an embedding program would."""
+
+    def __init__(self, **options: object) -> None:
+        self.options = options
+        super().__init__()
+
+    def load_config(self) -> None:
+        for name, value in self.options.items():
+            self.cfg.set(name, value)
+
+    def load(self) -> Any:
+        return app
+
+
+@pytest.fixture
+def environment() -> Iterator[None]:
+    """Gunicorn's Arbiter writes SERVER_SOFTWARE into the environment: restore it."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
+def arbiter_of(**options: object) -> Any:
+    options.setdefault("bind", ["127.0.0.1:8123"])
+    return Arbiter(Application(**options))
+
+
+@pytest.fixture
+def workers() -> Iterator[list[Any]]:
+    """The workers a test builds; each one's heartbeat file (WorkerTmp) is closed at the end."""
+    built: list[Any] = []
+    yield built
+    for worker in built:
+        worker.tmp.close()
+
+
+def worker_of(built: list[Any], arbiter: Any, cls: type = SyncWorker) -> Any:
+    """A worker as the master builds it just before the fork."""
+    worker = cls(1, os.getpid(), [], arbiter.app, arbiter.timeout, arbiter.cfg, arbiter.log)
+    built.append(worker)
+    return worker
+
+
+class TestArbiterProbe:
+    def test_this_gunicorns_arbiter_has_everything(self, environment: None) -> None:
+        """The installed Gunicorn passes the probe, and the facts read back as configured."""
+        arbiter = arbiter_of(graceful_timeout=17, timeout=9, worker_class="gthread", threads=2)
+        adapter = ArbiterAdapter.probe(arbiter)
+        assert adapter.worker_pids() == set() and adapter.listeners() == []
+        assert adapter.graceful_timeout() == 17 and adapter.worker_timeout() == 9
+        assert adapter.binds() == ["127.0.0.1:8123"] and adapter.worker_class_setting() == "gthread"
+        assert not adapter.workers_own_listeners() and not adapter.listeners_shared_with_others()
+        assert adapter.successor_pid() == 0 and adapter.predecessor_pid() == 0
+
+    def test_sockets_from_elsewhere_are_shared(self, environment: None) -> None:
+        """Listeners passed as fd:// (or by systemd, or to a USR2 peer) must stay open for their other owner."""
+        adapter = ArbiterAdapter.probe(arbiter_of(bind=["fd://3"]))
+        assert adapter.listeners_shared_with_others()
+
+    def test_a_missing_internal_is_refused_in_one_line(self) -> None:
+        """An arbiter without an internal graceful uses: one line naming the release and what is missing."""
+        incomplete = SimpleNamespace(cfg=SimpleNamespace())
+        with pytest.raises(GunicornMissing) as refused:
+            ArbiterAdapter.probe(incomplete)
+        message = str(refused.value)
+        assert message.startswith(f"graceful: Gunicorn {gunicorn.__version__}'s arbiter has no WORKERS, LISTENERS,")
+        assert message.endswith(": graceful supports Gunicorn 22 to 27") and "\n" not in message
+
+
+class TestArbiterActions:
+    def test_wake_to_stop_puts_a_term_where_the_main_loop_reads(self, environment: None) -> None:
+        """The hand-over wakes Gunicorn's loop with a TERM in its own signal queue (24+: a queue; 22/23: a list)."""
+        arbiter = arbiter_of()
+        queue = arbiter.SIG_QUEUE
+        if hasattr(queue, "get_nowait"):
+            ArbiterAdapter.probe(arbiter).wake_to_stop()
+            assert queue.get_nowait() == signal.SIGTERM
+        else:
+            read, write = os.pipe()
+            arbiter.PIPE = [read, write]  # made by Gunicorn's init_signals, which this test does not run
+            try:
+                ArbiterAdapter.probe(arbiter).wake_to_stop()
+                assert queue.pop() == signal.SIGTERM and os.read(read, 1)
+            finally:
+                os.close(read)
+                os.close(write)
+
+    def test_a_term_handler_returning_true_halts_gunicorns_loop(self, environment: None) -> None:
+        """on_term: False lets the loop go on; True becomes the StopIteration Gunicorn's loop halts on."""
+        arbiter = arbiter_of()
+        adapter = ArbiterAdapter.probe(arbiter)
+        adapter.on_term(lambda: False)
+        assert arbiter.handle_term() is None
+        adapter.on_term(lambda: True)
+        with pytest.raises(StopIteration):
+            arbiter.handle_term()
+
+    def test_loop_ticks_are_seen_on_both_periodic_calls(self, environment: None) -> None:
+        """murder_workers and reap_workers each tick before Gunicorn's own runs."""
+        arbiter = arbiter_of()
+        ticks: list[int] = []
+        ArbiterAdapter.probe(arbiter).on_loop_tick(lambda: ticks.append(1))
+        arbiter.murder_workers()
+        arbiter.reap_workers()
+        assert len(ticks) == 2
+
+    def test_reload_scale_in_stop_and_reexec_are_intercepted_in_order(self) -> None:
+        """before_* callbacks run before Gunicorn's method; around_reexec wraps the re-exec."""
+        calls: list[str] = []
+
+        class StandIn:
+            def handle_hup(self) -> None:
+                calls.append("hup")
+
+            def handle_ttou(self) -> None:
+                calls.append("ttou")
+
+            def stop(self, graceful: bool = True) -> None:
+                calls.append(f"stop({graceful})")
+
+            def reexec(self) -> None:
+                calls.append("reexec")
+
+        server: Any = StandIn()
+        adapter = ArbiterAdapter(server)
+        adapter.before_reload(lambda: calls.append("reason reload"))
+        adapter.before_scale_in(lambda: calls.append("reason scale-in"))
+        adapter.before_stop(lambda: calls.append("hand the health port over"))
+
+        def wrapper(reexec: Any) -> object:
+            calls.append("pass the listener on")
+            return reexec()
+
+        adapter.around_reexec(wrapper)
+        server.handle_hup()
+        server.handle_ttou()
+        server.stop(False)
+        server.reexec()
+        assert calls == [
+            "reason reload",
+            "hup",
+            "reason scale-in",
+            "ttou",
+            "hand the health port over",
+            "stop(False)",
+            "pass the listener on",
+            "reexec",
+        ]
+
+    def test_front_os_signals_runs_ours_with_gunicorns_handler(self, environment: None) -> None:
+        """A real OS signal reaches graceful's handler first, with Gunicorn's handler to pass it on to."""
+        got: list[tuple[int, bool]] = []
+        passed = threading.Event()
+
+        def gunicorns(signum: int, frame: FrameType | None) -> None:
+            passed.set()
+
+        def ours(signum: int, frame: FrameType | None, gunicorn_handler: Any) -> None:
+            got.append((signum, gunicorn_handler is gunicorns))
+            gunicorn_handler(signum, frame)
+
+        previous = signal.signal(signal.SIGUSR2, gunicorns)
+        try:
+            ArbiterAdapter.probe(arbiter_of()).front_os_signals((signal.SIGUSR2,), ours)
+            os.kill(os.getpid(), signal.SIGUSR2)
+            assert passed.wait(SOON)
+        finally:
+            signal.signal(signal.SIGUSR2, previous)
+        assert got == [(signal.SIGUSR2, True)]
+
+
+class TestWorkerProbe:
+    def test_this_gunicorns_sync_worker_has_everything(self, environment: None, workers: list[Any]) -> None:
+        """A real sync worker passes the probe; its facts and its drain bound read and write through."""
+        arbiter = arbiter_of(graceful_timeout=30)
+        worker = worker_of(workers, arbiter)
+        adapter = WorkerAdapter.probe(worker)
+        assert adapter.kind == "sync" and adapter.requests_served() == 0
+        assert adapter.max_requests() == sys.maxsize  # no max_requests configured
+        assert adapter.graceful_timeout() == 30
+        adapter.bound_gunicorn_drain(2.5)
+        assert worker.cfg.graceful_timeout == 3  # Gunicorn wants a whole number of seconds
+        assert adapter.is_alive()
+        adapter.stop_loop()
+        assert not adapter.is_alive()
+
+    def test_a_term_is_noted_before_gunicorns_handler(self, environment: None, workers: list[Any]) -> None:
+        """before_term_handler: graceful's note first, then Gunicorn's own handle_exit (alive = False)."""
+        worker = worker_of(workers, arbiter_of())
+        noted: list[bool] = []
+        adapter = WorkerAdapter.probe(worker)
+        adapter.before_term_handler(lambda signum, frame: noted.append(worker.alive))
+        worker.handle_exit(signal.SIGTERM, None)
+        assert noted == [True] and not worker.alive
+
+    def test_accept_on_a_listener_shut_down_idles_instead_of_failing(
+        self, environment: None, workers: list[Any]
+    ) -> None:
+        """guard_accept: EINVAL from a listener the master shut down returns nothing; the worker lives on."""
+        worker = worker_of(workers, arbiter_of())
+        WorkerAdapter.probe(worker).guard_accept()
+        with socket.socket() as listener:
+            listener.bind(("127.0.0.1", 0))
+            listener.listen(1)
+            listener.shutdown(socket.SHUT_RD)
+            with pytest.raises(OSError) as raw:
+                listener.accept()
+            assert raw.value.errno == errno.EINVAL  # what the guard is for
+            assert worker.accept(listener) is None
+
+    def test_a_missing_internal_is_refused_in_one_line(self) -> None:
+        """A worker without an internal graceful uses: one line naming the release and what is missing."""
+        incomplete = SimpleNamespace(alive=True, nr=0, max_requests=1, sockets=[], cfg=SimpleNamespace())
+        with pytest.raises(GunicornMissing, match=r"'s worker has no handle_exit: graceful supports Gunicorn"):
+            WorkerAdapter.probe(incomplete)

@@ -1,0 +1,173 @@
+"""Unit tests of graceful's Gunicorn server hooks (graceful.gunicorn.hooks) on a real arbiter, in this process.
+
+Gunicorn's ``Arbiter`` and a sync worker are built as Gunicorn builds them,
+then each hook is called where Gunicorn would call it. Nothing binds or
+forks: the master's and the worker's parts share this one process (and so
+one lifecycle), which is enough to see each hook do its part. The OS signal
+handlers the hooks install are restored after each test.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from gunicorn.workers.sync import SyncWorker
+
+from graceful.core.config import Config
+from graceful.core.lifecycle import Lifecycle
+from graceful.gunicorn import hooks
+from graceful.gunicorn.adapter import attached
+from graceful.gunicorn.master import MasterShutdown
+from graceful.gunicorn.worker import WorkerShutdown
+from graceful.testing import FakeClock
+from graceful.wsgi.middleware import GracefulMiddleware
+from tests.gunicorn.test_adapter import app, arbiter_of
+
+SOON = 10.0
+
+
+@pytest.fixture
+def lifecycle(monkeypatch: pytest.MonkeyPatch) -> Lifecycle:
+    """The hooks' default lifecycle, fresh for each test, on a fake clock."""
+    fresh = Lifecycle(Config(shutdown_delay=1, drain_timeout=3, hook_timeout=2), clock=FakeClock())
+    monkeypatch.setattr(hooks, "default_lifecycle", fresh)
+    return fresh
+
+
+@pytest.fixture
+def process() -> Iterator[list[Any]]:
+    """Restores the environment and the OS handlers the hooks replace; closes the arbiters' and workers' files."""
+    saved_env = dict(os.environ)
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)}
+    made: list[Any] = []
+    yield made
+    for thing in made:
+        state = attached(thing)
+        if isinstance(state, MasterShutdown):
+            state.shared.close_listeners.fire()  # ends the workers' watch threads
+            state.shared.parts.remove()
+        if hasattr(thing, "tmp"):
+            thing.tmp.close()
+    for signum, handler in handlers.items():
+        signal.signal(signum, handler)
+    os.environ.clear()
+    os.environ.update(saved_env)
+
+
+def started(made: list[Any], **options: object) -> Any:
+    """A real arbiter after ``on_starting`` and ``when_ready``, its loop able to be woken (22/23: a pipe)."""
+    # What graceful.conf derives from the settings: drain_timeout + hook_timeout + 1 s.
+    options.setdefault("graceful_timeout", 6)
+    arbiter = arbiter_of(**options)
+    made.append(arbiter)
+    if not hasattr(arbiter.SIG_QUEUE, "get_nowait"):
+        arbiter.PIPE = list(os.pipe())  # Gunicorn 22/23's init_signals makes it; this test runs no loop
+    hooks.on_starting(arbiter)
+    hooks.when_ready(arbiter)
+    return arbiter
+
+
+def forked(made: list[Any], arbiter: Any) -> Any:
+    """A sync worker after ``post_fork`` and ``post_worker_init`` (its app loaded as Gunicorn's load_wsgi does)."""
+    worker = SyncWorker(1, os.getpid(), [], arbiter.app, arbiter.timeout, arbiter.cfg, arbiter.log)
+    made.append(worker)
+    hooks.post_fork(arbiter, worker)
+    worker.wsgi = app
+    hooks.post_worker_init(worker)
+    return worker
+
+
+class Request:
+    def __init__(self) -> None:
+        self.closed = False
+
+    def force_close(self) -> None:
+        self.closed = True
+
+
+class TestOnStarting:
+    def test_an_unsupported_worker_class_is_refused(self, lifecycle: Lifecycle, process: list[Any]) -> None:
+        """A worker class graceful does not support stops Gunicorn at start-up, named."""
+        arbiter = arbiter_of(worker_class="tornado")
+        process.append(arbiter)
+        with pytest.raises(RuntimeError, match=r"TornadoWorker \(-k tornado\) is not supported"):
+            hooks.on_starting(arbiter)
+
+    def test_a_graceful_timeout_that_cannot_fit_is_refused(self, lifecycle: Lifecycle, process: list[Any]) -> None:
+        """graceful_timeout shorter than the drain and cleanup: refused at start-up, naming it."""
+        arbiter = arbiter_of(graceful_timeout=1)
+        process.append(arbiter)
+        with pytest.raises(RuntimeError, match="graceful_timeout"):
+            hooks.on_starting(arbiter)
+
+    def test_keeps_the_masters_part_on_the_arbiter(self, lifecycle: Lifecycle, process: list[Any]) -> None:
+        """on_starting makes the master's part (no health port unless asked) and keeps it on the arbiter."""
+        arbiter = started(process)
+        master = attached(arbiter)
+        assert isinstance(master, MasterShutdown) and master.health is None
+        assert lifecycle.server == "gunicorn" and not lifecycle.serves_requests
+
+
+class TestMasterHooks:
+    def test_the_arbiters_term_handling_is_gracefuls(self, lifecycle: Lifecycle, process: list[Any]) -> None:
+        """After when_ready, Gunicorn's loop calling handle_term starts the timeline instead of stopping."""
+        arbiter = started(process)
+        assert arbiter.handle_term() is None  # Gunicorn's loop goes on
+        assert lifecycle.shutdown_initiated.is_set()
+        assert lifecycle.not_accepting_new_requests.wait(SOON)
+
+    def test_a_reload_that_breaks_the_budget_is_logged_not_raised(
+        self, lifecycle: Lifecycle, process: list[Any]
+    ) -> None:
+        """on_reload: settings that no longer fit are logged in Gunicorn's error log; the server keeps running."""
+        arbiter = started(process)
+        errors: list[str] = []
+        arbiter.log.error = lambda message, *args: errors.append(message % args)
+        # The config file, re-executed on HUP, now registers a hook that cannot fit the grace period.
+        lifecycle.pre_shutdown_hook("slow", timeout=40)(lambda: None)
+        hooks.on_reload(arbiter)
+        assert len(errors) == 1 and errors[0].endswith("(after reload; the server keeps running)")
+
+    def test_on_exit_after_a_quick_stop_records_nothing(self, lifecycle: Lifecycle, process: list[Any]) -> None:
+        """on_exit with no graceful shutdown begun (INT, QUIT): the shared directory goes, no record."""
+        arbiter = started(process)
+        master = attached(arbiter)
+        hooks.pre_exec(arbiter)  # the health port is off: nothing to pass on
+        hooks.on_exit(arbiter)
+        assert not os.path.exists(master.shared.files.path)
+
+
+class TestWorkerHooks:
+    def test_post_fork_and_post_worker_init_wrap_the_app(self, lifecycle: Lifecycle, process: list[Any]) -> None:
+        """The worker's part is kept on the worker, and its app is wrapped in graceful's middleware."""
+        worker = forked(process, started(process))
+        assert isinstance(attached(worker), WorkerShutdown)
+        assert isinstance(worker.wsgi, GracefulMiddleware)
+
+    def test_pre_request_asks_for_close_once_shutting_down(self, lifecycle: Lifecycle, process: list[Any]) -> None:
+        """pre_request: Connection: close from ShutdownInitiated on."""
+        worker = forked(process, started(process))
+        before, after = Request(), Request()
+        hooks.pre_request(worker, before)
+        lifecycle.shutdown_initiated.fire()
+        hooks.pre_request(worker, after)
+        assert not before.closed and after.closed
+
+    def test_worker_exit_cleans_up_and_abort_is_noted(self, lifecycle: Lifecycle, process: list[Any]) -> None:
+        """worker_abort notes the timeout; worker_exit then runs the cleanup tasks at once."""
+        worker = forked(process, started(process))
+        ran: list[str] = []
+        lifecycle.cleanup_task("close-pool")(lambda: ran.append("close-pool"))
+        hooks.worker_abort(worker)
+        hooks.worker_exit(None, worker)
+        assert ran == ["close-pool"]
+
+    def test_hooks_on_an_object_graceful_never_saw_do_nothing(self, lifecycle: Lifecycle) -> None:
+        """worker_abort and worker_exit for a worker without graceful's part (it failed in post_fork): nothing."""
+        stranger = object()
+        hooks.worker_abort(stranger)
+        hooks.worker_exit(None, stranger)
