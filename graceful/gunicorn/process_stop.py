@@ -65,6 +65,8 @@ class ProcessStop:
         self.reason: StopReason | None = None
         #: True once stopping: every response from now on gets ``Connection: close``.
         self.stopping = False
+        #: Called once as the stop begins (by the thread that begins it): the worker's drain begins then.
+        self.on_begin: Callable[[], object] = _nothing
         self.gthread: GthreadStop | None = None
         self.gevent: GeventServers | None = None
         self._gunicorn_term: Callable[[int, Any], object] = self._not_alive
@@ -144,6 +146,7 @@ class ProcessStop:
             self.started_at = time.monotonic() if at is None else at
             self.reason = reason
             self.stopping = True
+            self.on_begin()
             if reason is not None:
                 # Under the lock: the main thread's own begin() at worker_exit waits for this
                 # line, or a worker that has nothing to drain exits before the thread writes it.
@@ -213,3 +216,7 @@ class ProcessStop:
                 )
         elif self.gevent is not None:
             self.gevent.stop_accepting()
+
+
+def _nothing() -> None:
+    """``ProcessStop.on_begin`` until the worker's part sets its own."""

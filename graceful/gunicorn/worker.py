@@ -96,6 +96,7 @@ class WorkerShutdown:
         lifecycle.registry.close(PRE_SHUTDOWN_HOOK, _IN_WORKER)
         #: Why and since when this worker stops (see graceful.gunicorn.process_stop).
         self.stop = ProcessStop(worker, shared)
+        self.stop.on_begin = self._drain_begins
         self.stop.note_early_term()
         #: Set by ``worker_abort`` (inside the SIGABRT handler): the master killed it for its timeout.
         self.timed_out = False
@@ -134,6 +135,16 @@ class WorkerShutdown:
         lifecycle.run_post_start_hooks()
         threading.Thread(target=self._watch, name="graceful-watch", daemon=True).start()
         self._booted = True
+
+    def _drain_begins(self) -> None:
+        """The stop began (the thread that began it): the requests in flight now are those its drain waits for.
+
+        Gunicorn serves them before ``worker_exit`` (sync finishes its
+        request, gthread and gevent their connections), so by then none is
+        left to count. Timed on the lifecycle's clock, as the drain's end is.
+        """
+        lifecycle = self.lifecycle
+        lifecycle.stats.drain_began(lifecycle.clock.now(), lifecycle.in_flight.count)
 
     def _watch(self) -> None:
         """Thread ``graceful-watch``: mirror the master's broadcasts into this worker's lifecycle."""
@@ -216,13 +227,12 @@ class WorkerShutdown:
         if stop.server_stop:
             lifecycle.drain_and_clean_up(drain_timeout=remaining)
             return
-        counted = lifecycle.in_flight.count
-        began = time.monotonic()
-
         def drained(done: bool) -> None:
             if done:  # else the lifecycle warned of the requests it abandoned
-                took = time.monotonic() - began
-                logger.info("graceful: worker %d drained %d request(s) in %.3fs", self.pid, counted, took)
+                figures = lifecycle.stats.drain
+                assert figures is not None and figures.ended_at is not None  # the drain has just ended
+                took = figures.ended_at - figures.started_at
+                logger.info("graceful: worker %d drained %d request(s) in %.3fs", self.pid, figures.in_flight, took)
 
         lifecycle.stop_process(remaining, on_drained=drained)
         assert stop.reason is not None  # not the server's stop

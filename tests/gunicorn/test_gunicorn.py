@@ -836,6 +836,20 @@ def _worker_pids(server: Server) -> list[int]:
 
 
 class TestShutdownRecord:
+    @pytest.mark.parametrize("kind", ALL_WORKERS)
+    def test_requests_in_flight_at_the_workers_term_are_counted(self, gunicorn, tmp_path: Path, kind: str) -> None:  # type: ignore[no-untyped-def]
+        """Two 2.5 s requests running when the workers get their TERM are served, and the record says drained 2."""
+        report = tmp_path / "record.json"
+        server = gunicorn(kind, env={"GRACEFUL_SHUTDOWN_DELAY": "1", "GRACEFUL_REPORT_FILE": str(report)})
+        with ThreadPoolExecutor(2) as pool:
+            slow = [pool.submit(get, server, "/slow?ms=2500") for _ in range(2)]
+            time.sleep(0.3)  # both in the app well before the delay ends and the workers get their TERM
+            server.term()
+            assert [future.result().status_code for future in slow] == [200, 200]
+        assert server.exit_code() == 0
+        requests_ = json.loads(report.read_text())["requests"]
+        assert (requests_["drained"], requests_["abandoned"]) == (2, 0)
+
     def test_record_and_termination_message_match_the_traffic(self, gunicorn, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
         """Two gthread workers, retry-after mode: the record and the message count what the test sent.
 

@@ -15,6 +15,7 @@ import os
 import signal
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -63,6 +64,27 @@ def booted(fake: FakeWorker, shared: SharedState, config: Config | None = None) 
     signal.signal(signal.SIGTERM, gunicorns_term_handler(fake))  # Gunicorn's init_signals
     shutdown.start()
     return shutdown
+
+
+def serve(app: Any) -> None:
+    """One request through ``app`` (the worker's wrapped app), its body read and closed as Gunicorn does."""
+    body = app({"REQUEST_METHOD": "GET", "PATH_INFO": "/work", "wsgi.input": None}, lambda status, headers: None)
+    try:
+        list(body)
+    finally:
+        close = getattr(body, "close", None)
+        if close is not None:
+            close()
+
+
+def wait_for(condition: Any) -> bool:
+    """Wait (bounded) for ``condition()`` that another thread makes true, on an Event's timed wait."""
+    pause = threading.Event()
+    for _ in range(int(SOON / 0.01)):
+        if condition():
+            return True
+        pause.wait(0.01)
+    return bool(condition())
 
 
 def cleanup_log(lifecycle: Lifecycle) -> list[str]:
@@ -156,6 +178,36 @@ class TestExit:
         assert ran == ["close-pool"]
         assert shutdown.lifecycle.cleanup_finished.is_set()
         assert [part.pid for part in shared.parts.read_all()] == [os.getpid()]
+
+    @pytest.mark.parametrize("kind", ["sync", "gthread"])
+    def test_requests_in_flight_at_the_term_are_the_ones_drained(self, shared: SharedState, kind: str) -> None:
+        """Three requests running at the TERM, served before worker_exit (as Gunicorn does): the part says drained 3."""
+        entered, release = threading.Barrier(4, timeout=SOON), threading.Event()
+
+        def slow(environ: dict[str, object], start_response: Any) -> list[bytes]:
+            entered.wait()
+            release.wait(SOON)
+            start_response("200 OK", [])
+            return [b"done"]
+
+        gthread = FakeGthreadLoop() if kind == "gthread" else None
+        fake = FakeWorker(kind, app=slow, gthread=gthread)
+        shutdown = booted(fake, shared)
+        requests = [threading.Thread(target=serve, args=(fake.wsgi,)) for _ in range(3)]
+        for request in requests:
+            request.start()
+        entered.wait()  # all three are in the app
+        shared.shutdown_initiated.fire()
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert fake.left_loop.wait(SOON)
+        began = wait_for(lambda: shutdown.lifecycle.stats.drain is not None)
+        assert began
+        release.set()
+        for request in requests:
+            request.join(SOON)
+        shutdown.exit()
+        [part] = shared.parts.read_all()
+        assert (part.requests.drained, part.requests.abandoned) == (3, 0)
 
     @pytest.mark.parametrize(("reason", "text"), [(StopReason.RELOAD, "reload"), (StopReason.SCALE_IN, "scale-in")])
     def test_a_process_stop_says_why_and_touches_no_server_signal(
