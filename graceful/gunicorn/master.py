@@ -182,6 +182,8 @@ class MasterShutdown:
                 arbiter.signal_workers(signal.SIGQUIT)
                 return
             arbiter.reap()
+            if not arbiter.worker_pids():
+                break  # the last one is gone: no pause after it
             # No portable wait exists for "any of these children exited" alongside
             # Gunicorn's own reaping, so look often: an exit is seen within 5 ms.
             clock.wait(pause, 0.005)
