@@ -79,15 +79,25 @@ class Budget:
             " terminationGracePeriodSeconds) or lower the others"
         )
 
-    def graceful_timeout_overrun(self, graceful_timeout: float, grace_period: float) -> str | None:
-        """Why Gunicorn's wait for its workers after the first half would end past ``grace_period``, or None."""
-        end = self.first_half + graceful_timeout
+    def graceful_timeout_overrun(
+        self, graceful_timeout: float, grace_period: float, dirty_graceful_timeout: float = 0.0
+    ) -> str | None:
+        """Why Gunicorn's wait for its workers after the first half would end past ``grace_period``, or None.
+
+        ``dirty_graceful_timeout``: Gunicorn 27's dirty pool, stopped after the
+        HTTP workers (0: no dirty pool).
+        """
+        end = self.first_half + graceful_timeout + dirty_graceful_timeout
         if end <= grace_period:
             return None
+        dirty = f" + dirty_graceful_timeout {dirty_graceful_timeout:g}s" if dirty_graceful_timeout else ""
+        lower = "graceful_timeout (or leave it unset)" + (
+            " or dirty_graceful_timeout" if dirty_graceful_timeout else ""
+        )
         return (
             f"graceful: max(shutdown_delay, longest pre-shutdown hook) {self.first_half:g}s + Gunicorn's"
-            f" graceful_timeout {graceful_timeout:g}s = {end:g}s > GRACEFUL_GRACE_PERIOD"
-            f" {grace_period:g}s: lower graceful_timeout (or leave it unset) or raise the grace period"
+            f" graceful_timeout {graceful_timeout:g}s{dirty} = {end:g}s > GRACEFUL_GRACE_PERIOD"
+            f" {grace_period:g}s: lower {lower} or raise the grace period"
         )
 
 

@@ -40,6 +40,7 @@ from graceful.process.termination import report_file_problem
 
 __all__ = [
     "graceful_timeout",
+    "nworkers_changed",
     "on_exit",
     "on_reload",
     "on_starting",
@@ -79,7 +80,9 @@ def _check_settings(arbiter: Arbiter) -> None:
     registered = dataclasses.replace(
         lifecycle.budget(), longest_pre_shutdown_hook=lifecycle.longest_pre_shutdown_timeout()
     )
-    problem = problem or registered.graceful_timeout_overrun(chosen, config.grace_period)
+    problem = problem or registered.graceful_timeout_overrun(
+        chosen, config.grace_period, arbiter.dirty_graceful_timeout()
+    )
     problem = problem or report_file_problem(config.report_file)
     if problem is not None:
         raise RuntimeError(problem)
@@ -123,6 +126,16 @@ def on_reload(server: Any) -> None:
         _check_settings(arbiter)
     except RuntimeError as exc:
         arbiter.log_error(f"{exc} (after reload; the server keeps running)")
+
+
+def nworkers_changed(server: Any, new_value: int, old_value: int | None) -> None:
+    """Master (TTIN, TTOU; the control socket's worker add/remove): note a scale-in for the workers it stops.
+
+    Gunicorn also calls it while it sets up, before ``on_starting``: ignored there.
+    """
+    master: MasterShutdown | None = attached(server)
+    if master is not None:
+        master.workers_changed(new_value, old_value)
 
 
 def post_fork(server: Any, worker: Any) -> None:

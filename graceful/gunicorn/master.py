@@ -78,9 +78,7 @@ class MasterShutdown:
     never re-created on HUP, even when the config file is re-executed.
     """
 
-    def __init__(
-        self, arbiter: Arbiter, lifecycle: Lifecycle, exit: Callable[[int], NoReturn] = exit_process
-    ) -> None:
+    def __init__(self, arbiter: Arbiter, lifecycle: Lifecycle, exit: Callable[[int], NoReturn] = exit_process) -> None:
         self.arbiter = arbiter
         # How a second signal ends the process (os._exit after flushing; a test's stand-in raises).
         self._exit = exit
@@ -115,9 +113,17 @@ class MasterShutdown:
         if self.health is not None:
             self.health.start()
         arbiter.before_reload(lambda: self.shared.stop_reason.write(StopReason.RELOAD))
-        arbiter.before_scale_in(lambda: self.shared.stop_reason.write(StopReason.SCALE_IN))
+        arbiter.before_control_worker_kill(lambda: self.shared.stop_reason.write(StopReason.CONTROL_KILL))
         self._trap = SignalTrap(lambda _signum: None, signals=(), exit=self._exit_now).start(armed=True)
         arbiter.front_os_signals((signal.SIGTERM, signal.SIGINT, signal.SIGQUIT), self._os_handler)
+
+    def workers_changed(self, new: int, old: int | None) -> None:
+        """``nworkers_changed`` (main thread: TTIN, TTOU; the control socket's thread: worker add/remove).
+
+        Fewer workers: the ones Gunicorn stops next are scaled in.
+        """
+        if old is not None and new < old:
+            self.shared.stop_reason.write(StopReason.SCALE_IN)
 
     def _os_handler(self, signum: int, frame: FrameType | None, gunicorn_handler: GunicornHandler | None) -> None:
         # Inside the OS signal handler: only read and set plain attributes, and queue.
@@ -191,6 +197,33 @@ class MasterShutdown:
         if left:
             logger.warning("graceful: %d worker(s) still running after graceful_timeout: killing", left)
             arbiter.signal_workers(signal.SIGKILL)
+        self._stop_dirty_pool()
+
+    def _stop_dirty_pool(self) -> None:
+        """After the HTTP workers (main thread): stop Gunicorn 27's dirty pool and reap it, bounded.
+
+        The requests waiting on its tasks were served by then. Gunicorn's own
+        ``stop()`` would signal it together with the HTTP workers, failing
+        those requests. Its arbiter gives its workers ``dirty_graceful_timeout``,
+        which the budget counts.
+        """
+        arbiter = self.arbiter
+        if not arbiter.dirty_pid():
+            return
+        clock = self.lifecycle.clock
+        deadline = clock.now() + self._remaining_budget(arbiter.dirty_graceful_timeout() + 1)
+        arbiter.signal_dirty(signal.SIGTERM)
+        pause = threading.Event()
+        while clock.now() < deadline:
+            if self._quick:
+                arbiter.signal_dirty(signal.SIGQUIT)
+                return
+            arbiter.reap_dirty()
+            if not arbiter.dirty_pid():
+                return
+            clock.wait(pause, 0.005)
+        logger.warning("graceful: the dirty arbiter still running after dirty_graceful_timeout: killing it")
+        arbiter.kill_dirty_tree()
 
     def _exit_now(self, code: int) -> NoReturn:
         """Second signal (trap thread or main thread): kill the workers and exit ``code`` without waiting.
@@ -200,6 +233,7 @@ class MasterShutdown:
         """
         try:
             self.arbiter.signal_workers(signal.SIGKILL)
+            self.arbiter.kill_dirty_tree()
         finally:
             self._exit(code)
 
@@ -289,4 +323,3 @@ class MasterShutdown:
             logger.exception("graceful: could not build the shutdown record")
         finally:
             self.shared.parts.remove()
-

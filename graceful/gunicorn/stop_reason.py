@@ -16,6 +16,10 @@ with its workers just before it acts, and a worker reads it after its TERM
 ``upgrade``
     a TERM to a master whose USR2 successor (or predecessor, in a rollback)
     serves the same sockets: only this master's workers stop.
+``worker kill``
+    the control socket's ``worker kill PID`` (Gunicorn 25.1+).
+
+``scale-in`` also comes from the control socket's ``worker remove``.
 
 Anything else (nothing written yet: WINCH, a TERM sent to a worker by hand)
 reads as ``stopped by the master``. The slot is never cleared: each TERM
@@ -42,12 +46,19 @@ class StopReason(str, enum.Enum):
     RELOAD = "reload"
     SCALE_IN = "scale-in"
     UPGRADE = "upgrade"
+    CONTROL_KILL = "worker kill"
     RECYCLED = "recycled"
     TIMEOUT = "timeout"
 
 
 # The reasons the master writes, by their byte; byte 0 (nothing written) is BY_MASTER.
-_WRITTEN = (StopReason.BY_MASTER, StopReason.RELOAD, StopReason.SCALE_IN, StopReason.UPGRADE)
+_WRITTEN = (
+    StopReason.BY_MASTER,
+    StopReason.RELOAD,
+    StopReason.SCALE_IN,
+    StopReason.UPGRADE,
+    StopReason.CONTROL_KILL,
+)
 
 
 class StopReasonSlot:

@@ -227,6 +227,7 @@ class WorkerShutdown:
         if stop.server_stop:
             lifecycle.drain_and_clean_up(drain_timeout=remaining)
             return
+
         def drained(done: bool) -> None:
             if done:  # else the lifecycle warned of the requests it abandoned
                 figures = lifecycle.stats.drain

@@ -57,6 +57,15 @@ class TestBudget:
         assert budget(delay=5).graceful_timeout_overrun(25, 30) is None
         message = budget(delay=5).graceful_timeout_overrun(26, 30)
         assert message is not None and "= 31s > GRACEFUL_GRACE_PERIOD 30s" in message
+        assert "dirty" not in message
+
+    def test_gunicorns_dirty_pool_stops_after_the_workers(self) -> None:
+        """Gunicorn 27's dirty pool stops after the HTTP workers: its graceful timeout counts, and is named."""
+        assert budget(delay=5).graceful_timeout_overrun(20, 30, dirty_graceful_timeout=5) is None
+        message = budget(delay=5).graceful_timeout_overrun(20, 30, dirty_graceful_timeout=6)
+        assert message is not None
+        assert "graceful_timeout 20s + dirty_graceful_timeout 6s = 31s > GRACEFUL_GRACE_PERIOD 30s" in message
+        assert "lower graceful_timeout (or leave it unset) or dirty_graceful_timeout or raise" in message
 
 
 class TestGunicornTimeout:

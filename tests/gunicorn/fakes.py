@@ -36,7 +36,15 @@ class FakeArbiter:
         shared_listeners: bool = False,
         own_listeners: bool = False,
         exit_on: tuple[int, ...] = (signal.SIGTERM, signal.SIGQUIT, signal.SIGKILL),
+        dirty: int = 0,
+        dirty_graceful_timeout: float = 30.0,
+        dirty_exit_on: tuple[int, ...] = (signal.SIGTERM, signal.SIGQUIT),
     ) -> None:
+        #: Gunicorn 27's dirty arbiter's pid (0: none); it exits once sent one of ``dirty_exit_on``.
+        self.dirty = dirty
+        self._dirty_graceful_timeout = dirty_graceful_timeout
+        self.dirty_exit_on = dirty_exit_on
+        self.dirty_exited = False
         self.workers = set(workers)
         self._graceful_timeout = graceful_timeout
         self.successor = successor
@@ -109,6 +117,27 @@ class FakeArbiter:
         self.calls.append("wake")
         self.woken.set()
 
+    def dirty_pid(self) -> int:
+        return self.dirty
+
+    def dirty_graceful_timeout(self) -> float:
+        return self._dirty_graceful_timeout
+
+    def signal_dirty(self, signum: int) -> None:
+        self.calls.append(f"dirty {signal.Signals(signum).name}")
+        if signum in self.dirty_exit_on:
+            self.dirty_exited = True
+
+    def reap_dirty(self) -> None:
+        self.calls.append("reap dirty")
+        if self.dirty_exited:
+            self.dirty = 0
+
+    def kill_dirty_tree(self) -> None:
+        if self.dirty:
+            self.calls.append("kill dirty tree")
+            self.dirty = 0
+
     def notify_systemd(self, message: str) -> None:
         self.systemd.append(message)
 
@@ -123,8 +152,8 @@ class FakeArbiter:
     def before_reload(self, callback: Callable[[], object]) -> None:
         self._before.setdefault("hup", []).append(callback)
 
-    def before_scale_in(self, callback: Callable[[], object]) -> None:
-        self._before.setdefault("ttou", []).append(callback)
+    def before_control_worker_kill(self, callback: Callable[[], object]) -> None:
+        self._before.setdefault("control worker kill", []).append(callback)
 
     def before_stop(self, callback: Callable[[], object]) -> None:
         self._before.setdefault("stop", []).append(callback)
@@ -151,10 +180,10 @@ class FakeArbiter:
         self._run("hup")
         self.calls.append("reload")
 
-    def ttou(self) -> None:
-        """Gunicorn's main loop handling TTOU (before it stops one worker)."""
-        self._run("ttou")
-        self.calls.append("scale-in")
+    def control_worker_kill(self) -> None:
+        """The control socket's ``worker kill PID`` (Gunicorn 25.1+), before it TERMs the worker."""
+        self._run("control worker kill")
+        self.calls.append("worker kill")
 
     def stop(self) -> None:
         """Gunicorn's ``stop()``."""

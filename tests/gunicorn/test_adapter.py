@@ -145,16 +145,13 @@ class TestArbiterActions:
         arbiter.reap_workers()
         assert len(ticks) == 2
 
-    def test_reload_scale_in_stop_and_reexec_are_intercepted_in_order(self) -> None:
+    def test_reload_stop_and_reexec_are_intercepted_in_order(self) -> None:
         """before_* callbacks run before Gunicorn's method; around_reexec wraps the re-exec."""
         calls: list[str] = []
 
         class StandIn:
             def handle_hup(self) -> None:
                 calls.append("hup")
-
-            def handle_ttou(self) -> None:
-                calls.append("ttou")
 
             def stop(self, graceful: bool = True) -> None:
                 calls.append(f"stop({graceful})")
@@ -165,7 +162,6 @@ class TestArbiterActions:
         server: Any = StandIn()
         adapter = ArbiterAdapter(server)
         adapter.before_reload(lambda: calls.append("reason reload"))
-        adapter.before_scale_in(lambda: calls.append("reason scale-in"))
         adapter.before_stop(lambda: calls.append("hand the health port over"))
 
         def wrapper(reexec: Any) -> object:
@@ -174,19 +170,54 @@ class TestArbiterActions:
 
         adapter.around_reexec(wrapper)
         server.handle_hup()
-        server.handle_ttou()
         server.stop(False)
         server.reexec()
         assert calls == [
             "reason reload",
             "hup",
-            "reason scale-in",
-            "ttou",
             "hand the health port over",
             "stop(False)",
             "pass the listener on",
             "reexec",
         ]
+
+    def test_the_control_sockets_worker_kill_is_intercepted_once_it_starts(self) -> None:
+        """Gunicorn starts its control socket in its loop: once it has, ``worker kill`` calls ours first."""
+        calls: list[str] = []
+
+        class Handlers:
+            def worker_kill(self, pid: int) -> dict[str, object]:
+                calls.append(f"TERM {pid}")
+                return {"success": True}
+
+        class StandIn:
+            _control_server: Any = None
+
+            def _start_control_server(self) -> None:
+                self._control_server = SimpleNamespace(handlers=Handlers())
+
+        server: Any = StandIn()
+        ArbiterAdapter(server).before_control_worker_kill(lambda: calls.append("reason worker kill"))
+        server._start_control_server()
+        assert server._control_server.handlers.worker_kill(42) == {"success": True}
+        assert calls == ["reason worker kill", "TERM 42"]
+
+    def test_no_control_socket_no_interception(self, environment: None) -> None:
+        """A release without the control socket, or one whose start failed, is left as it is."""
+        ArbiterAdapter(SimpleNamespace()).before_control_worker_kill(lambda: None)
+        server: Any = SimpleNamespace(_control_server=None)
+        server._start_control_server = lambda: None
+        ArbiterAdapter(server).before_control_worker_kill(lambda: None)
+        server._start_control_server()
+        assert server._control_server is None
+
+    def test_the_dirty_pool_counts_only_when_configured(self, environment: None) -> None:
+        """dirty_graceful_timeout enters the budget only with dirty workers and apps (Gunicorn 27+)."""
+        adapter = ArbiterAdapter.probe(arbiter_of())
+        assert adapter.dirty_graceful_timeout() == 0 and adapter.dirty_pid() == 0
+        adapter.kill_dirty_tree()  # no dirty arbiter: nothing to kill, nothing raised
+        configured = SimpleNamespace(cfg=SimpleNamespace(dirty_workers=2, dirty_apps=["a:B"], dirty_graceful_timeout=7))
+        assert ArbiterAdapter(configured).dirty_graceful_timeout() == 7
 
     def test_front_os_signals_runs_ours_with_gunicorns_handler(self, environment: None) -> None:
         """A real OS signal reaches graceful's handler first, with Gunicorn's handler to pass it on to."""

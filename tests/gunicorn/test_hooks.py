@@ -22,6 +22,7 @@ from graceful.core.lifecycle import Lifecycle
 from graceful.gunicorn import hooks
 from graceful.gunicorn.adapter import attached
 from graceful.gunicorn.master import MasterShutdown
+from graceful.gunicorn.stop_reason import StopReason
 from graceful.gunicorn.worker import WorkerShutdown
 from graceful.testing import FakeClock
 from graceful.wsgi.middleware import GracefulMiddleware
@@ -131,6 +132,15 @@ class TestMasterHooks:
         lifecycle.pre_shutdown_hook("slow", timeout=40)(lambda: None)
         hooks.on_reload(arbiter)
         assert len(errors) == 1 and errors[0].endswith("(after reload; the server keeps running)")
+
+    def test_fewer_workers_are_a_scale_in_for_the_workers_stopped_next(
+        self, lifecycle: Lifecycle, process: list[Any]
+    ) -> None:
+        """nworkers_changed: a lower count (TTOU, worker remove) writes scale-in; before on_starting, nothing."""
+        hooks.nworkers_changed(object(), 2, None)  # Gunicorn's setup, before graceful's part exists
+        arbiter = started(process)
+        hooks.nworkers_changed(arbiter, 1, 2)
+        assert attached(arbiter).shared.stop_reason.read() is StopReason.SCALE_IN
 
     def test_on_exit_after_a_quick_stop_records_nothing(self, lifecycle: Lifecycle, process: list[Any]) -> None:
         """on_exit with no graceful shutdown begun (INT, QUIT): the shared directory goes, no record."""

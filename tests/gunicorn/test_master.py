@@ -7,6 +7,7 @@ No Gunicorn process, no sleep: the lifecycle's waits run on a FakeClock.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -60,16 +61,30 @@ def made() -> Iterator[list[MasterShutdown]]:
 
 
 def master_of(
-    made: list[MasterShutdown], arbiter: FakeArbiter, config: Config | None = None
+    made: list[MasterShutdown], arbiter: FakeArbiter, config: Config | None = None, settle: float = 0.05
 ) -> tuple[MasterShutdown, Lifecycle, SignalRecorder, ExitRecorder]:
-    """An installed MasterShutdown over ``arbiter``, its lifecycle (FakeClock), a recorder and its exit."""
-    lifecycle = Lifecycle(config or Config(shutdown_delay=5), clock=FakeClock())
+    """An installed MasterShutdown over ``arbiter``, its lifecycle (FakeClock), a recorder and its exit.
+
+    ``settle``: the FakeClock's real pause before its time jumps (shorter for a test of many short waits).
+    """
+    lifecycle = Lifecycle(config or Config(shutdown_delay=5), clock=FakeClock(settle=settle))
     recorder = SignalRecorder(lifecycle)
     exits = ExitRecorder()
     master = MasterShutdown(arbiter, lifecycle, exit=cast("type[NoReturn]", exits))
     made.append(master)
     master.install()
     return master, lifecycle, recorder, exits
+
+
+@contextlib.contextmanager
+def held_in_the_delay(lifecycle: Lifecycle) -> Iterator[None]:
+    """A pre-shutdown hook that holds the first half (and so the hand-over) until the block ends."""
+    release = threading.Event()
+    lifecycle.pre_shutdown_hook("holds-the-first-half", timeout=600)(lambda: release.wait(SOON))
+    try:
+        yield
+    finally:
+        release.set()
 
 
 def shut_down(arbiter: FakeArbiter) -> None:
@@ -159,9 +174,9 @@ class TestSecondSignal:
         """A TERM while the delay runs: the workers are SIGKILLed and the master exits 1 at once."""
         arbiter = FakeArbiter()
         _, lifecycle, _, exits = master_of(made, arbiter)
-        lifecycle.pre_shutdown_hook("holds-the-delay")(lambda: None)
-        assert arbiter.term() is False
-        arbiter.term()
+        with held_in_the_delay(lifecycle):
+            assert arbiter.term() is False
+            arbiter.term()
         assert exits.codes == [1]
         assert "kill SIGKILL" in arbiter.calls
 
@@ -223,19 +238,59 @@ class TestWorkersThatLinger:
         assert arbiter.calls[-2:] == ["kill SIGTERM", "reap"]
 
 
+class TestDirtyPool:
+    def test_stopped_after_the_http_workers(self, made: list[MasterShutdown]) -> None:
+        """Gunicorn 27's dirty arbiter gets its TERM only once the HTTP workers (and their requests) are done."""
+        arbiter = FakeArbiter(dirty=77)
+        master_of(made, arbiter)
+        shut_down(arbiter)
+        tail = arbiter.calls[arbiter.calls.index("kill SIGTERM") :]
+        assert tail == ["kill SIGTERM", "dirty SIGTERM", "reap dirty"] and arbiter.dirty == 0
+
+    def test_killed_with_its_workers_when_it_lingers(
+        self, made: list[MasterShutdown], caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """A dirty arbiter still running after dirty_graceful_timeout is SIGKILLed with its workers, logged."""
+        arbiter = FakeArbiter(dirty=77, dirty_graceful_timeout=0.02, dirty_exit_on=())
+        master_of(made, arbiter, settle=0.002)  # 200 polls of 5 ms before the bound
+        with caplog.at_level(logging.WARNING, logger="graceful"):
+            shut_down(arbiter)
+        assert arbiter.calls[-1] == "kill dirty tree"
+        assert "dirty arbiter still running after dirty_graceful_timeout" in caplog.text
+
+    def test_a_second_term_leaves_no_dirty_process(self, made: list[MasterShutdown]) -> None:
+        """The second TERM kills the dirty arbiter and its workers too, before exiting 1."""
+        arbiter = FakeArbiter(dirty=77)
+        _, lifecycle, _, exits = master_of(made, arbiter)
+        with held_in_the_delay(lifecycle):
+            assert arbiter.term() is False
+            arbiter.term()
+        assert exits.codes == [1]
+        assert arbiter.calls[-2:] == ["kill SIGKILL", "kill dirty tree"]
+
+
 class TestNotAServerShutdown:
     @pytest.mark.parametrize(
-        ("operation", "reason"), [("hup", StopReason.RELOAD), ("ttou", StopReason.SCALE_IN)]
+        ("operation", "reason"), [("hup", StopReason.RELOAD), ("control_worker_kill", StopReason.CONTROL_KILL)]
     )
-    def test_hup_and_ttou_say_why_and_start_no_timeline(
+    def test_hup_and_worker_kill_say_why_and_start_no_timeline(
         self, made: list[MasterShutdown], operation: str, reason: StopReason
     ) -> None:
-        """HUP and TTOU write the workers' stop reason before Gunicorn acts; readiness and hooks untouched."""
+        """HUP and the control socket's worker kill write the stop reason first; readiness and hooks untouched."""
         arbiter = FakeArbiter()
         master, _, recorder, _ = master_of(made, arbiter)
         getattr(arbiter, operation)()
         assert master.shared.stop_reason.read() is reason
         assert recorder.names == [] and not master.shared.shutdown_initiated.is_fired()
+
+    @pytest.mark.parametrize(("new", "old", "reason"), [(1, 2, StopReason.SCALE_IN), (3, 2, StopReason.BY_MASTER)])
+    def test_fewer_workers_are_a_scale_in(
+        self, made: list[MasterShutdown], new: int, old: int, reason: StopReason
+    ) -> None:
+        """TTOU or the control socket's worker remove (num_workers lowered) is a scale-in; TTIN says nothing."""
+        master, _, recorder, _ = master_of(made, FakeArbiter())
+        master.workers_changed(new, old)
+        assert master.shared.stop_reason.read() is reason and recorder.names == []
 
     @pytest.mark.parametrize(("successor", "predecessor"), [(4242, 0), (0, os.getppid())])
     def test_term_with_a_live_usr2_peer_stops_only_this_masters_workers(

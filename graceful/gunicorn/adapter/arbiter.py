@@ -14,8 +14,8 @@ What differs between the supported releases (22 to 27) lives here:
   :meth:`ArbiterAdapter.wake_to_stop` puts a TERM there, the one signal
   whose handling graceful owns, so that the loop wakes at once and calls it.
 * the instance attributes set on the arbiter (``handle_term``,
-  ``handle_hup``, ``handle_ttou``, ``murder_workers``, ``reap_workers``,
-  ``reexec``, ``stop``): Gunicorn looks its handlers and periodic calls up
+  ``handle_hup``, ``murder_workers``, ``reap_workers``, ``reexec``,
+  ``stop``, ``_start_control_server``): Gunicorn looks its handlers and periodic calls up
   by name on the instance on every release, so an instance attribute
   replaces or wraps the class's method for this arbiter only.
 
@@ -27,6 +27,8 @@ raises it.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import socket
 from collections.abc import Callable
@@ -56,7 +58,6 @@ _NEEDED = (
     "stop",
     "handle_term",
     "handle_hup",
-    "handle_ttou",
     "reexec_pid",
     "master_pid",
     "worker_class",
@@ -97,6 +98,21 @@ class Arbiter(Protocol):
     def wake_to_stop(self) -> None:
         """Any thread: wake the main loop at once with a TERM, which it passes to the :meth:`on_term` handler."""
 
+    def dirty_pid(self) -> int:
+        """The pid of Gunicorn 27's dirty arbiter while it lives (0: none, or a release without dirty workers)."""
+
+    def dirty_graceful_timeout(self) -> float:
+        """How long the dirty arbiter waits for its workers once stopped (0: no dirty pool configured)."""
+
+    def signal_dirty(self, signum: int) -> None:
+        """Send ``signum`` to the dirty arbiter, if there is one."""
+
+    def reap_dirty(self) -> None:
+        """Reap the dirty arbiter if it has exited."""
+
+    def kill_dirty_tree(self) -> None:
+        """SIGKILL the dirty arbiter's workers, then the dirty arbiter: no dirty process outlives this master."""
+
     def notify_systemd(self, message: str) -> None:
         """Any thread: tell systemd ``message`` (``STOPPING=1``, ``STATUS=...``) when it supervises the master."""
 
@@ -121,9 +137,6 @@ class Arbiter(Protocol):
     def before_reload(self, callback: Callable[[], object]) -> None:
         """Call ``callback()`` on the main thread before Gunicorn's HUP handling."""
 
-    def before_scale_in(self, callback: Callable[[], object]) -> None:
-        """Call ``callback()`` on the main thread before Gunicorn's TTOU handling."""
-
     def before_stop(self, callback: Callable[[], object]) -> None:
         """Call ``callback()`` before Gunicorn's ``stop()``."""
 
@@ -135,6 +148,9 @@ class Arbiter(Protocol):
 
     def front_os_signals(self, signums: tuple[int, ...], handler: OsSignalHandler) -> None:
         """Main thread: put ``handler`` in front of Gunicorn's OS-level handlers of ``signums``."""
+
+    def before_control_worker_kill(self, callback: Callable[[], object]) -> None:
+        """Gunicorn 25.1+'s control socket: call ``callback()`` before its ``worker kill PID`` TERMs the worker."""
 
 
 class ArbiterAdapter:
@@ -232,6 +248,41 @@ class ArbiterAdapter:
             queue.append(signal.SIGTERM)
             server.wakeup()
 
+    def dirty_pid(self) -> int:
+        """See :meth:`Arbiter.dirty_pid`."""
+        return int(getattr(self._server, "dirty_arbiter_pid", 0) or 0)
+
+    def dirty_graceful_timeout(self) -> float:
+        """See :meth:`Arbiter.dirty_graceful_timeout`; 0 unless a dirty pool is configured (Gunicorn 27+)."""
+        cfg = self._server.cfg
+        if not (getattr(cfg, "dirty_workers", 0) and getattr(cfg, "dirty_apps", None)):
+            return 0.0
+        return float(getattr(cfg, "dirty_graceful_timeout", 0) or 0)
+
+    def signal_dirty(self, signum: int) -> None:
+        """See :meth:`Arbiter.signal_dirty`."""
+        if self.dirty_pid():
+            self._server.kill_dirty_arbiter(signum)
+
+    def reap_dirty(self) -> None:
+        """See :meth:`Arbiter.reap_dirty`."""
+        if self.dirty_pid():
+            self._server.reap_dirty_arbiter()
+
+    def kill_dirty_tree(self) -> None:
+        """See :meth:`Arbiter.kill_dirty_tree`.
+
+        Its workers first, found as its children in /proc (Linux): killed
+        after it, they would be orphans that run on until they notice.
+        """
+        pid = self.dirty_pid()
+        if not pid:
+            return
+        for child in _children(pid):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(child, signal.SIGKILL)
+        self.signal_dirty(signal.SIGKILL)
+
     def notify_systemd(self, message: str) -> None:
         """See :meth:`Arbiter.notify_systemd`."""
         from gunicorn import systemd
@@ -265,10 +316,6 @@ class ArbiterAdapter:
     def before_reload(self, callback: Callable[[], object]) -> None:
         """Call ``callback()`` on the main thread before Gunicorn's HUP handling (its ``reload()``)."""
         self._before("handle_hup", callback)
-
-    def before_scale_in(self, callback: Callable[[], object]) -> None:
-        """Call ``callback()`` on the main thread before Gunicorn's TTOU handling (one worker fewer)."""
-        self._before("handle_ttou", callback)
 
     def before_stop(self, callback: Callable[[], object]) -> None:
         """Call ``callback()`` before Gunicorn's ``stop()`` (every stop: graceful, quick, on halt)."""
@@ -306,6 +353,34 @@ class ArbiterAdapter:
 
             signal.signal(signum, front)
 
+    def before_control_worker_kill(self, callback: Callable[[], object]) -> None:
+        """See :meth:`Arbiter.before_control_worker_kill`.
+
+        Gunicorn starts its control socket in its main loop, after
+        ``when_ready``: its ``_start_control_server`` is wrapped so that the
+        handlers it makes are wrapped in turn. A release without a control
+        socket has neither, and nothing is wrapped.
+        """
+        server = self._server
+        start = getattr(server, "_start_control_server", None)
+        if start is None:
+            return
+
+        def start_then_wrap() -> None:
+            start()
+            handlers: Any = getattr(getattr(server, "_control_server", None), "handlers", None)
+            kill = getattr(handlers, "worker_kill", None)
+            if kill is None:
+                return
+
+            def worker_kill(*args: Any, **kwargs: Any) -> Any:
+                callback()
+                return kill(*args, **kwargs)
+
+            handlers.worker_kill = worker_kill
+
+        server.__dict__["_start_control_server"] = start_then_wrap
+
     def _before(self, name: str, callback: Callable[[], object]) -> None:
         original = getattr(self._server, name)
 
@@ -314,3 +389,12 @@ class ArbiterAdapter:
             return original(*args, **kwargs)
 
         self._server.__dict__[name] = call_then_original
+
+
+def _children(pid: int) -> list[int]:
+    """The pids of ``pid``'s children (Linux's /proc), or none when it is gone."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as listing:
+            return [int(child) for child in listing.read().split()]
+    except (OSError, ValueError):
+        return []
