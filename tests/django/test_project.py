@@ -134,10 +134,29 @@ class TestGracefulSettings:
         assert low <= not_accepting_after(server) < high
 
     def test_plain_graceful_conf_with_settings_the_master_missed_stops_at_boot(self, django_gunicorn: Start) -> None:
-        """Under -c python:graceful.conf, settings.GRACEFUL changing the delay stops the workers, naming the fix."""
+        """Under -c python:graceful.conf, settings.GRACEFUL changing the delay stops the worker with one line, then
+        the master ("App failed to load", exit 4), never forking again."""
         server = django_gunicorn({"SHUTDOWN_DELAY": 2.5}, config="python:graceful.conf", ready=False)
-        assert server.exit_code(30) != 0
-        server.wait_for(r"ConfigError: settings\.GRACEFUL gives GRACEFUL_SHUTDOWN_DELAY=2\.5.*graceful\.django\.conf")
+        assert server.exit_code(30) == 4
+        lines = server.matching(r"settings\.GRACEFUL gives")
+        # One line per worker booted (2) before the master stopped: no worker forked after that.
+        assert len(lines) == len(booted_workers(server)) <= 2
+        assert all(
+            re.fullmatch(r"settings\.GRACEFUL gives GRACEFUL_SHUTDOWN_DELAY=2\.5, .*django\.conf.*", x) for x in lines
+        )
+        assert server.matching(r"Reason: App failed to load")
+        assert not server.matching("Traceback")
+
+    def test_an_unknown_key_stops_a_worker_with_one_line(self, django_gunicorn: Start) -> None:
+        """Under plain graceful.conf the worker's django.setup() meets the misspelt key: Config's message on a line of
+        its own, no traceback, and the master stops (exit 4)."""
+        server = django_gunicorn({"SHUTDOWN_DELY": 1}, config="python:graceful.conf", ready=False)
+        assert server.exit_code(30) == 4
+        with pytest.raises(graceful.ConfigError) as refused:
+            graceful.Config.load(environ={"GRACEFUL_SHUTDOWN_DELY": "1"})
+        assert str(refused.value) in server.lines
+        assert len(booted_workers(server)) <= 2
+        assert not server.matching("Traceback")
 
     def test_the_health_port_from_settings(self, django_gunicorn: Start) -> None:
         """settings.GRACEFUL's HEALTH_BIND reaches the master under graceful.django.conf: the port answers."""
