@@ -83,9 +83,10 @@ class ConnectionTracker:
     """Every Django connection this process opened, whichever thread opened it.
 
     :meth:`opened` receives Django's ``connection_created`` signal (on the
-    thread that connects: request threads, check threads); :meth:`close_all`
-    runs as the cleanup task. Thread-safe. Connections are held weakly: a
-    thread's connection objects go when the thread does.
+    thread that connects: request threads, check threads); :meth:`clean_up`
+    (:meth:`close_all`, then :meth:`close_pools`) runs as the cleanup task.
+    Thread-safe. Connections are held weakly: a thread's connection objects
+    go when the thread does.
     """
 
     def __init__(self) -> None:
@@ -118,7 +119,7 @@ class ConnectionTracker:
     def close_all(self) -> int:
         """Close every connection this process holds, from this thread; return how many were closed.
 
-        The cleanup task (a ``graceful-cleanup-task_N`` thread, after the drain).
+        Part of the cleanup task (a ``graceful-cleanup-task_N`` thread, after the drain).
         Django refuses to close another thread's connection unless sharing is
         allowed: it is, for the close only. A close that fails is logged and
         the others still run.
