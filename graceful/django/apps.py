@@ -8,7 +8,9 @@ process, and every ``manage.py`` command.
 Refused settings: under ``manage.py`` (and ``django-admin``) the system
 checks report them (:mod:`graceful.django.checks`: ``manage.py check``,
 ``runserver``, ``migrate``, every command that runs the checks, exit status
-1); the lifecycle is left unconfigured, as no server drives it there. Any
+1); the lifecycle is left unconfigured, as no server drives it there (a
+command that skips the checks runs: ``shell``, ``runserver --skip-checks``,
+which has no shutdown timeline anyway). Any
 other process that sets Django up is one that serves (a Gunicorn worker or
 master, ``graceful serve``, another WSGI server) or one that skips the checks
 (a script, a task queue worker): it must not run with half of its settings,

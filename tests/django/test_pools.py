@@ -28,8 +28,9 @@ from tests.gunicorn.test_gunicorn import WORKERS, Server, _has_control_socket
 
 pytestmark = [pytest.mark.e2e, pytest.mark.gunicorn]
 
-#: Generous on a loaded 2-core machine; psycopg_pool alone waits up to 5 s for the threads of a pool left open.
-PROMPT_EXIT = 3.0
+#: Generous on a loaded 2-core machine (0.4-1.4 s seen), and still below the 5 s psycopg_pool's
+#: close (or its __del__, for a pool left open) may wait for each pool's threads.
+PROMPT_EXIT = 4.0
 #: A pool's log line in a worker's cleanup.
 POOL_CLOSED = r"graceful: closed Django's connection pool 'default' in pid (\d+)"
 
@@ -48,7 +49,7 @@ def postgres() -> Iterator[Cluster]:
 
 
 def test_each_worker_closes_its_pool_and_exits_promptly(
-    postgres: Cluster, processes: Processes, tmp_path: Path
+    postgres: Cluster, processes: Processes, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Two gthread workers serve through their pools; on SIGTERM each closes its pool in its cleanup: at its exit
     the server sees none of its connections, and the master is gone soon after the last pool closed."""
@@ -76,10 +77,11 @@ def test_each_worker_closes_its_pool_and_exits_promptly(
     assert closed_in == workers
     at_exit = {pid: json.loads((tmp_path / "markers" / f"pg-{pid}").read_text()) for pid in workers}
     assert all(seen["connections"] == 0 for seen in at_exit.values()), at_exit
-    print(
-        f"\npool: master gone {after_last_pool:.3f}s after the last worker closed its pool;"
-        f" at exit the server saw each worker's connections gone within"
-        f" {max(seen['waited'] for seen in at_exit.values()):.3f}s"
-    )
+    with capsys.disabled():  # shown without -s, as a benchmark's figures
+        print(
+            f"\npool: master gone {after_last_pool:.3f}s after the last worker closed its pool;"
+            f" at exit the server saw each worker's connections gone within"
+            f" {max(seen['waited'] for seen in at_exit.values()):.3f}s"
+        )
     assert after_last_pool < PROMPT_EXIT
     assert postgres.connections("graceful-test-") == []
