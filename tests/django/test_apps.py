@@ -86,6 +86,14 @@ def serve_error(env: dict[str, str]) -> str:
     return line[len(prefix) :]
 
 
+def check_and_serve(env: dict[str, str]) -> tuple[list[str], str]:
+    """``manage.py check``'s output lines (it must exit 1, without a traceback) and `graceful serve`'s one line."""
+    out = manage(env, "check")
+    assert out.returncode == 1, out.stdout
+    assert "Traceback" not in out.stdout
+    return out.stdout.splitlines(), serve_error(env)
+
+
 class TestManagePyCheck:
     def test_a_fitting_budget_passes(self, tmp_path: Path) -> None:
         """The project as it is: no issue."""
@@ -95,22 +103,15 @@ class TestManagePyCheck:
 
     def test_a_cleanup_task_too_long_is_graceful_e001_with_the_start_up_message(self, tmp_path: Path) -> None:
         """A 25 s cleanup task in an app's ready(): graceful.E001, with the text graceful serve stops with."""
-        env = project_env(tmp_path, GT_LONG_CLEANUP="1")
-        out = manage(env, "check")
-        assert out.returncode == 1
-        message = serve_error(env)
+        lines, message = check_and_serve(project_env(tmp_path, GT_LONG_CLEANUP="1"))
         assert message.startswith("graceful shutdown does not fit GRACEFUL_GRACE_PERIOD")
-        assert f"?: (graceful.E001) {message}" in out.stdout
+        assert f"?: (graceful.E001) {message}" in lines
 
     def test_an_unknown_key_is_graceful_e003_with_the_start_up_message_and_no_traceback(self, tmp_path: Path) -> None:
         """A misspelt GRACEFUL key: check exits 1 with graceful.E003 naming the key, in serve's words, no traceback."""
-        env = project_env(tmp_path, {"SHUTDOWN_DELY": 1})
-        out = manage(env, "check")
-        assert out.returncode == 1
-        message = serve_error(env)
+        lines, message = check_and_serve(project_env(tmp_path, {"SHUTDOWN_DELY": 1}))
         assert message.startswith("GRACEFUL_SHUTDOWN_DELY is not a graceful setting")
-        assert f"settings.GRACEFUL['SHUTDOWN_DELY']: (graceful.E003) {message}" in out.stdout.splitlines()
-        assert "Traceback" not in out.stdout
+        assert f"settings.GRACEFUL['SHUTDOWN_DELY']: (graceful.E003) {message}" in lines
 
     def test_every_refused_setting_is_listed(self, tmp_path: Path) -> None:
         """An unknown key, a bad value and a bad GRACEFUL_* variable: three errors in one run, exit 1."""
@@ -128,13 +129,9 @@ class TestManagePyCheck:
 
     def test_a_budget_the_settings_cannot_fit_is_graceful_e001(self, tmp_path: Path) -> None:
         """SHUTDOWN_DELAY 25 in a GRACE_PERIOD of 10: graceful.E001 with the budget's message, as serve says it."""
-        env = project_env(tmp_path, {"SHUTDOWN_DELAY": 25, "GRACE_PERIOD": 10})
-        out = manage(env, "check")
-        assert out.returncode == 1
-        message = serve_error(env)
+        lines, message = check_and_serve(project_env(tmp_path, {"SHUTDOWN_DELAY": 25, "GRACE_PERIOD": 10}))
         assert message.startswith("graceful shutdown does not fit GRACEFUL_GRACE_PERIOD: max(shutdown_delay 25s")
-        assert f"?: (graceful.E001) {message}" in out.stdout.splitlines()
-        assert "Traceback" not in out.stdout
+        assert f"?: (graceful.E001) {message}" in lines
 
     def test_commands_that_skip_the_checks_still_run(self, tmp_path: Path) -> None:
         """A command without checks (diffsettings) runs with refused settings: only servers must not."""

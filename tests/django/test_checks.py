@@ -82,24 +82,25 @@ class TestSettingsMessages:
         assert message.msg.startswith("graceful shutdown does not fit GRACEFUL_GRACE_PERIOD")
 
 
+@pytest.fixture
+def too_long_a_task(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No GRACEFUL_* in the environment; graceful.default_lifecycle has a 25 s cleanup task that cannot fit."""
+    for name in [key for key in os.environ if key.startswith("GRACEFUL_")]:
+        monkeypatch.delenv(name)
+    lifecycle = Lifecycle(Config())
+    lifecycle.cleanup_task("slow-flush", timeout=25)(lambda: None)
+    monkeypatch.setattr(_default, "default_lifecycle", lifecycle)
+
+
+@pytest.mark.usefixtures("too_long_a_task")
 class TestCheckGraceful:
     """The registered check: the settings first; the default lifecycle's budget only when they pass."""
 
-    def test_looks_at_the_default_lifecycles_budget(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        """Valid settings and a 25 s cleanup task on graceful.default_lifecycle (the one the servers drive): E001."""
-        for name in [key for key in os.environ if key.startswith("GRACEFUL_")]:
-            monkeypatch.delenv(name)
-        lifecycle = Lifecycle(Config())
-        lifecycle.cleanup_task("slow-flush", timeout=25)(lambda: None)
-        monkeypatch.setattr(_default, "default_lifecycle", lifecycle)
+    def test_looks_at_the_default_lifecycles_budget(self) -> None:
+        """Valid settings and the lifecycle the servers drive cannot fit its cleanup task: graceful.E001."""
         assert [m.id for m in check_graceful(None)] == [BUDGET]
 
     @override_settings(GRACEFUL={"SHUTDOWN_DELY": 1})
-    def test_refused_settings_leave_the_lifecycle_unread(self, monkeypatch: pytest.MonkeyPatch) -> None:
+    def test_refused_settings_leave_the_lifecycle_unread(self) -> None:
         """With refused settings the lifecycle (left unconfigured by ready()) is not asked: only graceful.E003."""
-        for name in [key for key in os.environ if key.startswith("GRACEFUL_")]:
-            monkeypatch.delenv(name)
-        lifecycle = Lifecycle(Config())
-        lifecycle.cleanup_task("slow-flush", timeout=25)(lambda: None)
-        monkeypatch.setattr(_default, "default_lifecycle", lifecycle)
         assert [m.id for m in check_graceful(None)] == [UNKNOWN_SETTING]
