@@ -12,15 +12,18 @@ server that imports the project's ``wsgi.py``), the app
 * configures ``graceful.default_lifecycle`` -- the lifecycle the Gunicorn
   integration and ``graceful serve`` drive -- from ``settings.GRACEFUL``
   (:mod:`graceful.django.settings`: keyword arguments, then ``GRACEFUL_*``
-  environment variables, then ``settings.GRACEFUL``, then the defaults); a
-  refused value raises :class:`graceful.ConfigError` there, at start-up;
+  environment variables, then ``settings.GRACEFUL``, then the defaults);
+  refused settings are reported by the system checks under ``manage.py``
+  and stop any other process at start-up with one line
+  (:mod:`graceful.django.apps`);
 * registers one readiness check per database, ``django-db-<alias>``, and the
   cleanup task ``django-db-connections``, which closes every database
   connection the process opened, whichever thread opened it
   (:mod:`graceful.django.database`);
-* adds the system check ``graceful.E001`` (``manage.py check``): the shutdown
-  budget with every hook and task the apps registered
-  (:mod:`graceful.django.checks`).
+* adds the system checks (``manage.py check``; :mod:`graceful.django.checks`):
+  ``graceful.E001`` the shutdown budget with every hook and task the apps
+  registered, ``graceful.E002``-``E004`` refused settings, each naming the
+  key, the value and what is allowed.
 
 Register your own hooks and checks with the usual decorators
 (``@graceful.cleanup_task(...)``), e.g. in your app's ``AppConfig.ready()``.

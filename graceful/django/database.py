@@ -18,7 +18,13 @@ being served. ``django.db.connections.close_all()`` would close only the
 calling thread's: cleanup tasks run on threads of their own
 (``graceful-cleanup-task_N``), so a :class:`ConnectionTracker` records each
 connection as Django opens it (the ``connection_created`` signal) and closes
-it from there.
+it from there. Then it closes the connection pools of the databases this
+process used (Django 5.1+ pools PostgreSQL connections, 5.2+ Oracle's, with
+``OPTIONS = {"pool": ...}``): a pooled connection's ``close()`` only hands it
+back to its pool, which keeps it open, with psycopg_pool's threads, until
+``close_pool()``; an unclosed pool would also hold the process at exit
+waiting for those threads. A pool this process inherited through fork
+(``preload_app``) and never used is its parent's and is left alone.
 """
 
 from __future__ import annotations
@@ -77,9 +83,10 @@ class ConnectionTracker:
     """Every Django connection this process opened, whichever thread opened it.
 
     :meth:`opened` receives Django's ``connection_created`` signal (on the
-    thread that connects: request threads, check threads); :meth:`close_all`
-    runs as the cleanup task. Thread-safe. Connections are held weakly: a
-    thread's connection objects go when the thread does.
+    thread that connects: request threads, check threads); :meth:`clean_up`
+    (:meth:`close_all`, then :meth:`close_pools`) runs as the cleanup task.
+    Thread-safe. Connections are held weakly: a thread's connection objects
+    go when the thread does.
     """
 
     def __init__(self) -> None:
@@ -87,11 +94,20 @@ class ConnectionTracker:
         # Each connection object with the pid that opened it: one inherited from a parent
         # process through fork (preload_app) is the parent's to close, never ours.
         self._opened: weakref.WeakKeyDictionary[BaseDatabaseWrapper, int] = weakref.WeakKeyDictionary()
+        # Each alias with the pid that last connected to it: its pool (if pooled) is that process's.
+        self._aliases: dict[str, int] = {}
 
     def opened(self, sender: object, connection: BaseDatabaseWrapper, **kwargs: Any) -> None:
-        """Django's ``connection_created`` receiver: remember ``connection``."""
+        """Django's ``connection_created`` receiver: remember ``connection`` and its alias."""
         with self._lock:
             self._opened[connection] = os.getpid()
+            self._aliases[connection.alias] = os.getpid()
+
+    def used_aliases(self) -> list[str]:
+        """The database aliases this process connected to, in the order first used."""
+        pid = os.getpid()
+        with self._lock:
+            return [alias for alias, opener in self._aliases.items() if opener == pid]
 
     def open_connections(self) -> list[BaseDatabaseWrapper]:
         """The connection objects of this process that hold a connection now."""
@@ -103,7 +119,7 @@ class ConnectionTracker:
     def close_all(self) -> int:
         """Close every connection this process holds, from this thread; return how many were closed.
 
-        The cleanup task (a ``graceful-cleanup-task_N`` thread, after the drain).
+        Part of the cleanup task (a ``graceful-cleanup-task_N`` thread, after the drain).
         Django refuses to close another thread's connection unless sharing is
         allowed: it is, for the close only. A close that fails is logged and
         the others still run.
@@ -122,9 +138,37 @@ class ConnectionTracker:
         logger.info("graceful: closed %d Django database connection(s) in pid %d", closed, os.getpid())
         return closed
 
+    def close_pools(self, databases: ConnectionHandler = connections) -> list[str]:
+        """Close the connection pool of each database this process used; return their aliases.
+
+        The cleanup task, after :meth:`close_all` handed every connection back
+        to its pool. ``close_pool()`` closes the pooled connections and stops
+        the pool's threads (psycopg_pool waits up to 5 s for them); a backend
+        without pools (SQLite, MySQL) or a database without ``"pool"`` in its
+        OPTIONS has none. A close that fails is logged and the others still run.
+        """
+        closed: list[str] = []
+        for alias in self.used_aliases():
+            wrapper = databases[alias]
+            if getattr(wrapper, "pool", None) is None:
+                continue
+            try:
+                wrapper.close_pool()  # type: ignore[attr-defined]  # PostgreSQL (5.1+) and Oracle (5.2+) backends
+            except Exception as exc:  # noqa: BLE001 -- whatever the driver raises: logged, the other pools still close
+                logger.warning("graceful: closing Django's connection pool %r failed: %s", alias, exc)
+            else:
+                closed.append(alias)
+                logger.info("graceful: closed Django's connection pool %r in pid %d", alias, os.getpid())
+        return closed
+
+    def clean_up(self, databases: ConnectionHandler = connections) -> None:
+        """The cleanup task: :meth:`close_all` the connections, then :meth:`close_pools`."""
+        self.close_all()
+        self.close_pools(databases)
+
 
 def install(lifecycle: Lifecycle, databases: ConnectionHandler = connections) -> ConnectionTracker:
-    """Register ``django-db-<alias>`` per database and ``django-db-connections`` on ``lifecycle``.
+    """Register ``django-db-<alias>`` per database and ``django-db-connections`` (connections, then pools).
 
     Main thread, in ``django.setup()``. ``databases`` (Django's
     ``connections``) says which aliases there are; a project without any
@@ -136,7 +180,7 @@ def install(lifecycle: Lifecycle, databases: ConnectionHandler = connections) ->
     for alias, options in databases.settings.items():
         if options.get("ENGINE") != DUMMY_ENGINE:
             lifecycle.readiness_check(CHECK_PREFIX + alias)(_check(alias))
-    lifecycle.cleanup_task(CLEANUP_TASK_NAME)(tracker.close_all)
+    lifecycle.cleanup_task(CLEANUP_TASK_NAME)(lambda: tracker.clean_up(databases))
     connection_created.connect(tracker.opened, weak=False, dispatch_uid=_uid(tracker))
     return tracker
 

@@ -9,32 +9,85 @@ Keys are the :class:`graceful.Config` field names upper-cased: the
 precedence first, as for Flask's ``app.config``
 (:mod:`graceful.core.config`): keyword arguments, ``GRACEFUL_*`` environment
 variables, ``settings.GRACEFUL``, the defaults. A key is read as its
-``GRACEFUL_*`` name, so an unknown key or a bad value raises
-:class:`graceful.ConfigError` with that name in the message
-(``SHUTDOWN_DELAY`` is ``GRACEFUL_SHUTDOWN_DELAY``).
+``GRACEFUL_*`` name, so an unknown key or a bad value gets graceful.Config's
+own message with that name in it (``SHUTDOWN_DELAY`` is
+``GRACEFUL_SHUTDOWN_DELAY``).
+
+:func:`problems` lists every refused setting for the system checks
+(:mod:`graceful.django.checks`); :func:`load_config` raises the first, as
+the servers meet it at start-up.
 
 Runs where the settings are read: in ``django.setup()`` (the main thread of
-each process that imports Django) and, with :mod:`graceful.django.conf`, in
-the Gunicorn master when its config loads.
+each process that imports Django), in the process that runs the system
+checks and, with :mod:`graceful.django.conf`, in the Gunicorn master when its
+config loads.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import enum
+import os
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from django.conf import settings
+from gunicorn.errors import AppImportError
 
 from graceful.core.config import Config, ConfigError, env_name
 from graceful.core.lifecycle import Lifecycle
 
-__all__ = ["SETTING", "configure_lifecycle", "load_config", "mapping"]
+__all__ = [
+    "SETTING",
+    "Problem",
+    "ProblemKind",
+    "SettingsError",
+    "configure_lifecycle",
+    "load_config",
+    "mapping",
+    "problems",
+]
 
 #: The Django setting graceful reads.
 SETTING = "GRACEFUL"
 
 _PREFIX = env_name("")
+#: Every GRACEFUL_* name graceful.Config reads.
+_KNOWN = frozenset(env_name(field.name) for field in dataclasses.fields(Config))
+
+
+class SettingsError(ConfigError, AppImportError, RuntimeError):  # type: ignore[misc]  # Gunicorn is untyped
+    """Refused graceful settings met while Django starts outside ``manage.py``: one line in each server.
+
+    Its message is graceful.Config's own. It is each kind of error a server
+    prints as one line without a traceback when it loads an app: ``graceful
+    serve`` a :class:`graceful.ConfigError` (exit 2); a Gunicorn worker an
+    ``AppImportError``, after which the master stops ("App failed to load",
+    exit 4) instead of forking worker after worker; the Gunicorn master
+    (``preload_app``) a ``RuntimeError`` (exit 1).
+    """
+
+
+class ProblemKind(enum.Enum):
+    """What is wrong with a graceful setting; each kind has its system check id (graceful.django.checks)."""
+
+    NOT_A_DICT = "settings.GRACEFUL is not a dict"
+    UNKNOWN = "an unknown key or GRACEFUL_* variable"
+    VALUE = "a value graceful refuses"
+    BUDGET = "a shutdown budget that cannot fit the grace period"
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    """One refused setting: its kind, where it was read, and graceful.Config's own message."""
+
+    kind: ProblemKind
+    #: Where it was read: ``settings.GRACEFUL['SHUTDOWN_DELY']``, ``GRACEFUL_SHUTDOWN_DELY`` (an
+    #: environment variable), ``settings.GRACEFUL`` (not a dict); None for the budget, of every source.
+    source: str | None
+    message: str
+    #: True when read from an environment variable.
+    in_environment: bool = False
 
 
 def mapping(value: object) -> dict[str, Any]:
@@ -55,6 +108,65 @@ def load_config(environ: Mapping[str, str] | None = None, **overrides: Any) -> C
     configured (no ``DJANGO_SETTINGS_MODULE``).
     """
     return Config.load(environ, mapping=mapping(getattr(settings, SETTING, {})), **overrides)
+
+
+class _ValuesAlone(Config):
+    """graceful.Config's own reading of the values, without its budget: :func:`problems` reads one value at a time.
+
+    One value read alone has no budget (the others keep their defaults);
+    :func:`problems` checks the budget of the whole config once every value
+    passed.
+    """
+
+    def check_budget(self, pre_shutdown_timeouts: Iterable[float] = (), cleanup_timeouts: Iterable[float] = ()) -> None:
+        """Nothing: see the class."""
+
+
+def problems(environ: Mapping[str, str] | None = None) -> list[Problem]:
+    """Every refused graceful setting, each with graceful.Config's message; empty when the config loads.
+
+    Reads what :func:`load_config` reads, with the same precedence: each
+    ``GRACEFUL_*`` variable of ``environ`` (``os.environ``), then each
+    ``settings.GRACEFUL`` key the environment does not override (the
+    environment's value wins: the key is not read). Only when every value
+    passes, the budget of the whole config. Any thread; reads, never configures.
+    """
+    environ = os.environ if environ is None else environ
+    value = getattr(settings, SETTING, {})
+    try:
+        mapping(value)
+    except ConfigError as exc:
+        return [Problem(ProblemKind.NOT_A_DICT, f"settings.{SETTING}", str(exc))]
+    found: list[Problem] = []
+    for key, raw in environ.items():
+        if key.startswith(_PREFIX):
+            found += _read_alone(key, key, from_environment={key: raw})
+    for setting, raw in value.items():
+        key = _PREFIX + str(setting)
+        if key not in environ:
+            found += _read_alone(key, f"settings.{SETTING}[{setting!r}]", from_settings={key: raw})
+    if found:
+        return found
+    try:
+        load_config(environ)
+    except ConfigError as exc:
+        return [Problem(ProblemKind.BUDGET, None, str(exc))]
+    return []
+
+
+def _read_alone(
+    key: str,
+    source: str,
+    from_environment: Mapping[str, str] | None = None,
+    from_settings: Mapping[str, Any] | None = None,
+) -> list[Problem]:
+    """``key``'s one value read by graceful.Config: its problem, if any."""
+    try:
+        _ValuesAlone.load(from_environment or {}, mapping=from_settings)
+    except ConfigError as exc:
+        kind = ProblemKind.VALUE if key in _KNOWN else ProblemKind.UNKNOWN
+        return [Problem(kind, source, str(exc), in_environment=from_environment is not None)]
+    return []
 
 
 def configure_lifecycle(lifecycle: Lifecycle, environ: Mapping[str, str] | None = None) -> Config:

@@ -187,3 +187,89 @@ class TestInstall:
             uninstall(tracker)
         assert report.ok
         assert kept[0].connection is None
+
+
+class FakeWrapper:
+    """A pooled connection wrapper as the cleanup sees it: alias, connection, close(), pool and close_pool()."""
+
+    def __init__(self, alias: str, calls: list[str], pooled: bool = True, fails: bool = False) -> None:
+        self.alias = alias
+        self.connection: object | None = object()
+        self.pool: object | None = object() if pooled else None
+        self._calls = calls
+        self._fails = fails
+
+    def inc_thread_sharing(self) -> None:
+        """Nothing to allow: no thread check here."""
+
+    def dec_thread_sharing(self) -> None:
+        """Nothing to allow: no thread check here."""
+
+    def close(self) -> None:
+        self._calls.append(f"close {self.alias}")
+        self.connection = None
+
+    def close_pool(self) -> None:
+        self._calls.append(f"close_pool {self.alias}")
+        if self._fails:
+            raise RuntimeError("pool worker stuck")
+        self.pool = None
+
+
+class TestClosePools:
+    """close_pools(): the pool of each database this process used, after its connections; others left alone."""
+
+    def test_closes_each_used_pool_after_the_connections(self, caplog: pytest.LogCaptureFixture) -> None:
+        """clean_up: every connection handed back first, then each pool once, one log line per pool."""
+        calls: list[str] = []
+        wrappers = {"default": FakeWrapper("default", calls), "other": FakeWrapper("other", calls)}
+        tracker = ConnectionTracker()
+        for wrapper in wrappers.values():
+            tracker.opened(None, wrapper)
+        with caplog.at_level(logging.INFO, logger="graceful.django.database"):
+            tracker.clean_up(wrappers)
+        assert calls == ["close default", "close other", "close_pool default", "close_pool other"]
+        pools = [r.getMessage().split(" in pid ")[0] for r in caplog.records if "pool" in r.getMessage()]
+        assert pools == [
+            "graceful: closed Django's connection pool 'default'",
+            "graceful: closed Django's connection pool 'other'",
+        ]
+
+    def test_unpooled_and_unused_databases_are_left_alone(self) -> None:
+        """No pool (SQLite, or no "pool" option), or never used here: close_pool() is not called."""
+        calls: list[str] = []
+        wrappers = {
+            "plain": FakeWrapper("plain", calls, pooled=False),
+            "pooled": FakeWrapper("pooled", calls),
+            "unused": FakeWrapper("unused", calls),
+        }
+        tracker = ConnectionTracker()
+        tracker.opened(None, wrappers["plain"])
+        tracker.opened(None, wrappers["pooled"])
+        assert tracker.close_pools(wrappers) == ["pooled"]
+        assert calls == ["close_pool pooled"]
+
+    def test_a_pool_only_a_parent_process_used_is_the_parents(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A pool opened before the fork (preload_app) and unused since: not ours to close."""
+        calls: list[str] = []
+        wrappers = {"default": FakeWrapper("default", calls)}
+        tracker = ConnectionTracker()
+        with monkeypatch.context() as patch:
+            patch.setattr(database.os, "getpid", lambda: 1)
+            tracker.opened(None, wrappers["default"])
+        assert tracker.close_pools(wrappers) == []
+        assert calls == []
+
+    def test_a_failing_close_is_logged_and_the_others_still_close(self, caplog: pytest.LogCaptureFixture) -> None:
+        """close_pool() raising for one database: a warning naming it and the error; the next pool is closed."""
+        calls: list[str] = []
+        wrappers = {"stuck": FakeWrapper("stuck", calls, fails=True), "fine": FakeWrapper("fine", calls)}
+        tracker = ConnectionTracker()
+        for wrapper in wrappers.values():
+            tracker.opened(None, wrapper)
+        with caplog.at_level(logging.WARNING, logger="graceful.django.database"):
+            assert tracker.close_pools(wrappers) == ["fine"]
+        assert calls == ["close_pool stuck", "close_pool fine"]
+        assert [r.getMessage() for r in caplog.records] == [
+            "graceful: closing Django's connection pool 'stuck' failed: pool worker stuck"
+        ]

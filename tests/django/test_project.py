@@ -34,11 +34,14 @@ pytestmark = [pytest.mark.e2e, pytest.mark.gunicorn]
 ODD_HOSTS = ["10.244.3.17:8000", "[fd00::17]:8000", "probe..invalid"]
 
 Start = Callable[..., Server]
+#: One worker: with two that fail to load at once, Gunicorn 27's halt reaps the second inside its
+#: own stop and dies on that HaltServer (a traceback, exit 1) -- Gunicorn's race, not the app's.
+ONE_WORKER = ("-w", "1")
 
 
 @pytest.fixture
 def django_gunicorn(processes: Processes, tmp_path: Path) -> Start:
-    """Start the project under Gunicorn: django_gunicorn(graceful={...}, worker=..., config=..., env=...)."""
+    """Start the project under Gunicorn: django_gunicorn(graceful={...}, worker=..., config=..., options=...)."""
 
     def start(
         graceful: dict[str, Any] | None = None,
@@ -46,9 +49,10 @@ def django_gunicorn(processes: Processes, tmp_path: Path) -> Start:
         config: str = DJANGO_CONF,
         env: dict[str, str] | None = None,
         ready: bool = True,
+        options: tuple[str, ...] = (),
     ) -> Server:
         port = free_port()
-        argv = [GUNICORN, "-c", config, "-b", f"127.0.0.1:{port}", *WORKERS[worker], "testsite.wsgi"]
+        argv = [GUNICORN, "-c", config, "-b", f"127.0.0.1:{port}", *WORKERS[worker], *options, "testsite.wsgi"]
         if _has_control_socket():  # tests must not share ~/.gunicorn/gunicorn.ctl
             argv[1:1] = ["--no-control-socket"]
         full_env = project_env(tmp_path, graceful, **(env or {}))
@@ -134,10 +138,30 @@ class TestGracefulSettings:
         assert low <= not_accepting_after(server) < high
 
     def test_plain_graceful_conf_with_settings_the_master_missed_stops_at_boot(self, django_gunicorn: Start) -> None:
-        """Under -c python:graceful.conf, settings.GRACEFUL changing the delay stops the workers, naming the fix."""
-        server = django_gunicorn({"SHUTDOWN_DELAY": 2.5}, config="python:graceful.conf", ready=False)
-        assert server.exit_code(30) != 0
-        server.wait_for(r"ConfigError: settings\.GRACEFUL gives GRACEFUL_SHUTDOWN_DELAY=2\.5.*graceful\.django\.conf")
+        """Under -c python:graceful.conf, settings.GRACEFUL changing the delay stops the worker with one line, then
+        the master ("App failed to load", exit 4), never forking again."""
+        server = django_gunicorn(
+            {"SHUTDOWN_DELAY": 2.5}, config="python:graceful.conf", ready=False, options=ONE_WORKER
+        )
+        assert server.exit_code(30) == 4, "\n".join(server.lines)
+        lines = server.matching(r"settings\.GRACEFUL gives")
+        assert len(lines) == len(booted_workers(server)) == 1  # no worker forked after the first failed
+        assert all(
+            re.fullmatch(r"settings\.GRACEFUL gives GRACEFUL_SHUTDOWN_DELAY=2\.5, .*django\.conf.*", x) for x in lines
+        )
+        assert server.matching(r"Reason: App failed to load")
+        assert not server.matching("Traceback")
+
+    def test_an_unknown_key_stops_a_worker_with_one_line(self, django_gunicorn: Start) -> None:
+        """Under plain graceful.conf the worker's django.setup() meets the misspelt key: Config's message on a line of
+        its own, no traceback, and the master stops (exit 4)."""
+        server = django_gunicorn({"SHUTDOWN_DELY": 1}, config="python:graceful.conf", ready=False, options=ONE_WORKER)
+        assert server.exit_code(30) == 4, "\n".join(server.lines)
+        with pytest.raises(graceful.ConfigError) as refused:
+            graceful.Config.load(environ={"GRACEFUL_SHUTDOWN_DELY": "1"})
+        assert str(refused.value) in server.lines
+        assert len(booted_workers(server)) == 1
+        assert not server.matching("Traceback")
 
     def test_the_health_port_from_settings(self, django_gunicorn: Start) -> None:
         """settings.GRACEFUL's HEALTH_BIND reaches the master under graceful.django.conf: the port answers."""

@@ -7,7 +7,7 @@ from django.test import override_settings
 
 from graceful.core.config import Config, ConfigError
 from graceful.core.lifecycle import Lifecycle
-from graceful.django.settings import configure_lifecycle, load_config, mapping
+from graceful.django.settings import Problem, ProblemKind, configure_lifecycle, load_config, mapping, problems
 
 
 class TestMapping:
@@ -112,3 +112,58 @@ class TestConfigureLifecycle:
         """Under graceful.django.conf the master's config equals the worker's: no error."""
         lifecycle = Lifecycle(Config(shutdown_delay=2), run_pre_shutdown_hooks=False)
         assert configure_lifecycle(lifecycle, {}).shutdown_delay == 2.0
+
+
+class TestProblems:
+    """problems(): every refused setting with graceful.Config's own message, then the whole config's budget."""
+
+    def test_valid_settings_have_none(self) -> None:
+        """No GRACEFUL setting, and an empty environment: nothing."""
+        assert problems({}) == []
+
+    @override_settings(GRACEFUL={"SHUTDOWN_DELY": 1, "DRAIN_TIMEOUT": "soon", "RETRY_AFTER": 3})
+    def test_each_unknown_key_and_bad_value_is_listed_with_configs_message(self) -> None:
+        """Two problems in the settings: both, in settings order, each with what Config.load says of it alone."""
+        with pytest.raises(ConfigError) as unknown:
+            Config.load({"GRACEFUL_SHUTDOWN_DELY": "1"})
+        with pytest.raises(ConfigError) as bad:
+            Config.load({}, mapping={"GRACEFUL_DRAIN_TIMEOUT": "soon"})
+        assert problems({}) == [
+            Problem(ProblemKind.UNKNOWN, "settings.GRACEFUL['SHUTDOWN_DELY']", str(unknown.value)),
+            Problem(ProblemKind.VALUE, "settings.GRACEFUL['DRAIN_TIMEOUT']", str(bad.value)),
+        ]
+
+    @override_settings(GRACEFUL={"SHUTDOWN_DELAY": -1})
+    def test_environment_variables_are_read_first_and_override_the_settings(self) -> None:
+        """A bad GRACEFUL_* variable is listed as the environment's; the settings key it overrides is not read."""
+        (problem,) = problems({"GRACEFUL_SHUTDOWN_DELAY": "-2", "PATH": "/bin"})
+        assert (problem.kind, problem.source, problem.in_environment) == (
+            ProblemKind.VALUE,
+            "GRACEFUL_SHUTDOWN_DELAY",
+            True,
+        )
+        assert problem.message.startswith("GRACEFUL_SHUTDOWN_DELAY='-2' is not allowed")
+
+    @override_settings(GRACEFUL={"SHUTDOWN_DELAY": 25})
+    def test_one_value_is_read_alone_without_the_budget(self) -> None:
+        """SHUTDOWN_DELAY 25 is a good value whose budget needs the grace period it comes with: not a value problem."""
+        assert problems({"GRACEFUL_GRACE_PERIOD": "60"}) == []
+
+    @override_settings(GRACEFUL={"SHUTDOWN_DELAY": 25, "GRACE_PERIOD": 10})
+    def test_a_budget_that_cannot_fit_is_one_budget_problem(self) -> None:
+        """Good values, impossible together: one budget problem with the start-up message, of no single source."""
+        with pytest.raises(ConfigError) as at_start_up:
+            load_config({})
+        assert problems({}) == [Problem(ProblemKind.BUDGET, None, str(at_start_up.value))]
+
+    @override_settings(GRACEFUL={"SHUTDOWN_DELY": 1, "SHUTDOWN_DELAY": 25, "GRACE_PERIOD": 10})
+    def test_the_budget_waits_for_every_value(self) -> None:
+        """While a value is refused, the budget (of which values?) is not judged."""
+        assert [problem.kind for problem in problems({})] == [ProblemKind.UNKNOWN]
+
+    @override_settings(GRACEFUL="SHUTDOWN_DELAY=5")
+    def test_anything_but_a_dict_is_the_one_problem(self) -> None:
+        """GRACEFUL as a string: one problem naming settings.GRACEFUL, with mapping()'s message."""
+        with pytest.raises(ConfigError) as refused:
+            mapping("SHUTDOWN_DELAY=5")
+        assert problems({}) == [Problem(ProblemKind.NOT_A_DICT, "settings.GRACEFUL", str(refused.value))]
