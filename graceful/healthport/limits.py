@@ -7,7 +7,7 @@ listen backlog             ``BACKLOG`` (4,096, :mod:`.address`; the kernel caps 
 accepting                  as fast as the thread can: every round takes up to 64
                            connections from the queue, reads the request that came with
                            each and answers a probe at once, before it holds a slot
-open connections           ``max_connections`` (512; at most a quarter of the
+open connections           ``max_connections`` (4,096; at most a quarter of the
                            process's file descriptor limit); at the cap one is shed
                            for the new one: lingering, then the oldest silent one of
                            the address holding the most, then a queued ``/metrics``
@@ -51,7 +51,7 @@ MIN_CONNECTIONS = 16
 class Limits:
     """The bounds above; every default in one place. Seconds for times, per second for rates."""
 
-    max_connections: int = 512
+    max_connections: int = 4096
     max_request: int = 8192
     deadline: float = 2.0
     metrics_rate: float = 20.0
