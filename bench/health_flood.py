@@ -19,6 +19,8 @@ idle        ``--connections`` held open, silent; reopened as soon as closed
 metrics     50 connections in a loop: ``GET /metrics`` and ``/readyz?verbose``
 malformed   50 connections in a loop: TLS, binary, a 64 KB line, bad methods,
             half a request then a close, a request with no end
+neighbour   50 connections in a loop from 127.0.0.1, the kubelet's own address
+            (a hostNetwork pod): ``GET /readyz`` as fast as they are answered
 shutdown    every attacker above at once, and SIGTERM to the master 2 s in
             (``GRACEFUL_SHUTDOWN_DELAY`` longer than the phase): ``/readyz``
             must turn 503 and ``/livez`` stay 200
@@ -31,8 +33,10 @@ to the whole body), the master's file descriptors and RSS (largest sample,
 every 0.5 s), its CPU (% of one core over the phase: the port's thread,
 mostly), the connections the attackers opened, and the machine-wide
 listen-queue overflows (``TcpExtListenOverflows``: other programs count
-too). Bounded: every phase ends after ``--seconds``, each attacker opens at
-most 200 x its connections, everything is killed at the end. Linux only
+too). The server and the prober (a kubelet runs on the pod's node) are
+pinned to the first CPU, the attackers (other pods) to the others.
+Bounded: every phase ends after ``--seconds``, each attacker opens at most
+200 x its connections, everything is killed at the end. Linux only
 (``/proc``). Target (issue 22): 0 failures and p99 <= 50 ms in every phase.
 """
 
@@ -50,7 +54,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from gunicorn_throughput import pin_cpus
 
 from tests.conftest import Processes
 from tests.e2e_harness import Gunicorn, clean_env, free_port, markdown_table
@@ -59,7 +66,8 @@ PERIOD = 0.25
 TIMEOUT = 1.0
 #: Where the attackers come from: other pods, as far as the port can tell.
 SOURCES = ("127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5")
-PHASES = ("quiet", "burst", "slowloris", "idle", "metrics", "malformed", "shutdown")
+PHASES = ("quiet", "burst", "slowloris", "idle", "metrics", "malformed", "neighbour", "shutdown")
+ATTACKS = PHASES[1:-1]
 #: What each attacker kind keeps open at once: its share of --connections (None), or a fixed number.
 LOOPING = 50
 BURST_EVERY = 2.0
@@ -84,6 +92,7 @@ MALFORMED = (
 LOOPED = {
     "metrics": (b"GET /metrics HTTP/1.1\r\n\r\n", b"GET /readyz?verbose HTTP/1.1\r\n\r\n"),
     "malformed": MALFORMED,
+    "neighbour": (b"GET /readyz HTTP/1.1\r\n\r\n",),
 }
 
 
@@ -98,6 +107,7 @@ class Attacker:
         self.port = port
         self.deadline = time.monotonic() + seconds
         self.size = LOOPING if kind in LOOPED else connections
+        self.sources = ("127.0.0.1",) if kind == "neighbour" else SOURCES
         self.bound = OPEN_BOUND * self.size
         self.selector = selectors.DefaultSelector()
         self.opened = 0
@@ -132,7 +142,7 @@ class Attacker:
             # The port is picked at connect(), per destination: bind() alone would spend the source's ports.
             sock.setsockopt(socket.IPPROTO_IP, getattr(socket, "IP_BIND_ADDRESS_NO_PORT", 24), 1)
             try:
-                sock.bind((SOURCES[self.opened % len(SOURCES)], 0))
+                sock.bind((self.sources[self.opened % len(self.sources)], 0))
                 sock.connect_ex(("127.0.0.1", self.port))
             except OSError:
                 sock.close()
@@ -295,11 +305,17 @@ def listen_overflows() -> int:
 
 
 def run_phase(
-    name: str, server: Gunicorn, health: int, processes: Processes, seconds: float, connections: int
+    name: str,
+    server: Gunicorn,
+    health: int,
+    processes: Processes,
+    args: argparse.Namespace,
+    attack_cpus: set[int] | None,
 ) -> Phase:
     """One phase: its attackers, the prober, the master's figures sampled every 0.5 s."""
     phase = Phase(name)
-    kinds = [name] if name not in ("quiet", "shutdown") else [] if name == "quiet" else list(PHASES[1:6])
+    seconds, connections = args.seconds, args.connections
+    kinds = {"quiet": [], "shutdown": list(ATTACKS)}.get(name, [name])
     attackers = [
         processes.start(
             [
@@ -318,6 +334,9 @@ def run_phase(
         )
         for kind in kinds
     ]
+    for attacker in attackers:
+        if attack_cpus:
+            os.sched_setaffinity(attacker.pid, attack_cpus)
     term_at: list[float] = []
     overflows = listen_overflows()
     cpu = cpu_seconds(server.pid)
@@ -344,7 +363,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=15.0, help="length of each phase")
     parser.add_argument("--connections", type=int, default=1000, help="connections of burst, slowloris and idle")
     parser.add_argument("--phases", nargs="+", default=list(PHASES), choices=PHASES)
-    parser.add_argument("--attack", choices=PHASES[1:6], help=argparse.SUPPRESS)
+    parser.add_argument("--attack", choices=ATTACKS, help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.attack:
@@ -354,6 +373,9 @@ def main() -> None:
     processes = Processes()
     rows = []
     before = os.getloadavg()
+    pinned = pin_cpus()
+    if pinned:  # the server and the prober on one CPU (children inherit it), the attackers on the others
+        os.sched_setaffinity(0, pinned[0])
     try:
         health = free_port()
         env = {
@@ -365,14 +387,15 @@ def main() -> None:
         server.start().wait_ready()
         time.sleep(2.0)  # the workers' first snapshots
         for name in [p for p in PHASES if p in args.phases]:  # the shutdown last: it ends the server
-            phase = run_phase(name, server, health, processes, args.seconds, args.connections)
+            phase = run_phase(name, server, health, processes, args, pinned[1] if pinned else None)
             rows.append(phase.row())
             print(f"{name}: done", flush=True)
             time.sleep(2.0)  # let the deadlines close what the attackers left
     finally:
         processes.cleanup()
     after = os.getloadavg()
-    print(f"load average before {before[0]:.2f}, after {after[0]:.2f} ({os.cpu_count()} CPUs)")
+    where = f"server and prober on CPU {sorted(pinned[0])}, attackers on {sorted(pinned[1])}" if pinned else "unpinned"
+    print(f"load average before {before[0]:.2f}, after {after[0]:.2f} ({os.cpu_count()} CPUs; {where})")
     header = ["phase", "probes", "failures", "p50 ms", "p99 ms", "max ms", "fds", "RSS MB", "CPU %", "opened", "ovfl"]
     print("\n".join(markdown_table(header, rows)))
 
