@@ -46,18 +46,19 @@ ends after ``--seconds``, each attacker opens at most 200 x
 from __future__ import annotations
 
 import argparse
-import http.client
 import os
 import selectors
 import signal
 import socket
-import statistics
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from health_probes import Probes, probe
 
 from tests.conftest import Processes
 from tests.e2e_harness import Gunicorn, clean_env, free_port, markdown_table
@@ -202,64 +203,19 @@ class Attacker:
 
 @dataclass
 class Phase:
-    """What one phase measured."""
+    """What one phase measured: the probes (bench/health_probes.py's), the master's figures, the attackers'."""
 
-    name: str
-    latencies_ms: list[float] = field(default_factory=list)
-    failures: dict[str, int] = field(default_factory=dict)
+    probes: Probes
     fds: int = 0
     rss_kb: int = 0
     cpu_percent: float = 0.0
     wait_percent: float = 0.0
     opened: int = 0
     overflows: int = 0
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def add(self, latency_ms: float, failure: str | None) -> None:
-        with self.lock:
-            self.latencies_ms.append(latency_ms)
-            if failure is not None:
-                self.failures[failure] = self.failures.get(failure, 0) + 1
 
     def row(self) -> list[str]:
-        data = sorted(self.latencies_ms)
-        p99 = data[min(len(data) - 1, round(0.99 * (len(data) - 1)))] if data else 0.0
-        kinds = ", ".join(f"{kind} {count}" for kind, count in sorted(self.failures.items()))
-        failed = sum(self.failures.values())
-        return [
-            self.name,
-            str(len(data)),
-            f"{failed}" + (f" ({kinds})" if kinds else ""),
-            f"{statistics.median(data):.1f}" if data else "-",
-            f"{p99:.1f}",
-            f"{data[-1]:.1f}" if data else "-",
-            str(self.fds),
-            f"{self.rss_kb / 1024:.1f}",
-            f"{self.cpu_percent:.0f}",
-            f"{self.wait_percent:.0f}",
-            str(self.opened),
-            str(self.overflows),
-        ]
-
-
-def probe(port: int, path: str, into: Phase, expect: set[int]) -> None:
-    """One kubelet-like probe from 127.0.0.1 on a fresh connection; its latency from connect to the whole body."""
-    started = time.perf_counter()
-    failure = None
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=TIMEOUT)
-    try:
-        conn.request("GET", path)
-        response = conn.getresponse()
-        response.read()
-        if response.status not in expect:
-            failure = f"http {response.status}"
-    except TimeoutError:
-        failure = "timeout"
-    except (OSError, http.client.HTTPException) as exc:
-        failure = type(exc).__name__
-    finally:
-        conn.close()
-    into.add((time.perf_counter() - started) * 1000, failure)
+        figures = [self.fds, f"{self.rss_kb / 1024:.1f}", f"{self.cpu_percent:.0f}", f"{self.wait_percent:.0f}"]
+        return [*self.probes.row(), *map(str, figures), str(self.opened), str(self.overflows)]
 
 
 def prober(port: int, into: Phase, seconds: float, term_at: list[float]) -> None:
@@ -274,7 +230,7 @@ def prober(port: int, into: Phase, seconds: float, term_at: list[float]) -> None
         if path == "/readyz" and term_at:
             since = time.monotonic() - term_at[0]
             expect = {503} if since > 0.2 else {200, 503}
-        thread = threading.Thread(target=probe, args=(port, path, into, expect), daemon=True)
+        thread = threading.Thread(target=probe, args=(port, path, into.probes, expect), daemon=True)
         thread.start()
         threads.append(thread)
     for thread in threads:
@@ -327,7 +283,7 @@ def run_phase(
     attack_cpus: set[int] | None,
 ) -> Phase:
     """One phase: its attackers, the prober, the master's figures sampled every 0.5 s."""
-    phase = Phase(name)
+    phase = Phase(Probes(name))
     seconds, connections = args.seconds, args.connections
     kinds = {"quiet": [], "all": list(ATTACKS), "shutdown": list(ATTACKS)}.get(name, [name])
     attackers = [
@@ -411,7 +367,7 @@ def main() -> None:
     after = os.getloadavg()
     where = f"attackers on CPU {sorted(attack_cpus)}" if attack_cpus else "attackers unpinned"
     print(f"load average before {before[0]:.2f}, after {after[0]:.2f} ({os.cpu_count()} CPUs; {where})")
-    header = ["phase", "probes", "failures", "p50 ms", "p99 ms", "max ms", "fds", "RSS MB", "CPU %", "wait %"]
+    header = ["phase", "probes", "p50 ms", "p99 ms", "max ms", "failures", "fds", "RSS MB", "CPU %", "wait %"]
     header += ["opened", "ovfl"]
     print("\n".join(markdown_table(header, rows)))
 
