@@ -28,6 +28,7 @@ import statistics
 import sys
 import threading
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -78,8 +79,11 @@ class Probes:
         ]
 
 
-def probe(port: int, path: str, into: Probes) -> None:
-    """One probe on a fresh connection; its latency from connect to the whole body."""
+def probe(port: int, path: str, into: Probes, expect: Collection[int] = (200,)) -> None:
+    """One probe on a fresh connection from 127.0.0.1; its latency from connect to the whole body.
+
+    A failure: a timeout, a connection error, or a status not in ``expect``.
+    """
     started = time.perf_counter()
     failure = None
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=TIMEOUT)
@@ -87,7 +91,7 @@ def probe(port: int, path: str, into: Probes) -> None:
         conn.request("GET", path)
         response = conn.getresponse()
         response.read()
-        if response.status != 200:
+        if response.status not in expect:
             failure = f"http {response.status}"
     except TimeoutError:
         failure = "timeout"

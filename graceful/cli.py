@@ -1,8 +1,9 @@
-"""The ``graceful`` command: ``graceful serve module:app``, ``graceful check`` and ``graceful timeline``.
+"""The ``graceful`` command: ``serve module:app``, ``probe``, ``check`` and ``timeline``.
 
     graceful serve myapp:app --bind 0.0.0.0:8000 --threads 8
     graceful serve myapp:app --bind 0.0.0.0:8000 --health-bind 0.0.0.0:8081
     python -m graceful serve myapp:create_app() --keep-alive 0
+    graceful probe readyz --address 127.0.0.1:8081
     graceful check deployment.yaml
     graceful timeline shutdown.json -o timeline.svg
 
@@ -17,6 +18,10 @@ a failed server loop or an overrun grace period (or when the address is in
 use); 2 for a usage error, a bad ``GRACEFUL_*`` value, a budget that cannot
 fit the grace period, or an app that cannot be found (one line on standard
 error, no traceback).
+
+``probe`` asks a health port once (graceful.healthport.probe): exit 0 on a
+200, 1 on anything else, 2 for a usage error. It is dispatched before
+anything else is imported, so that an exec probe starts quickly.
 """
 
 from __future__ import annotations
@@ -62,6 +67,57 @@ def _health_bind(text: str) -> str:
     if address is None:
         raise argparse.ArgumentTypeError("--health-bind needs an address, such as 0.0.0.0:8081")
     return str(address)
+
+
+def _probe_timeout(text: str) -> float:
+    """``--timeout``: seconds > 0."""
+    value = seconds(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds > 0")
+    return value
+
+
+def _probe_parser() -> argparse.ArgumentParser:
+    from graceful.healthport import probe
+
+    parser = argparse.ArgumentParser(
+        prog="graceful probe",
+        description="Ask the health port once: exit 0 on 200, 1 on anything else (503, refused, timeout), 2 on"
+        " bad usage; one line of output. For exec probes and Docker's HEALTHCHECK (no curl needed).",
+    )
+    parser.add_argument("endpoint", choices=probe.ENDPOINTS, help="the endpoint to ask")
+    parser.add_argument(
+        "--address",
+        metavar="HOST:PORT",
+        help=f"where to ask: HOST:PORT, [IPv6]:PORT or unix:PATH; 0.0.0.0 means 127.0.0.1 (default:"
+        f" {probe.ENV}, else {probe.FALLBACK}, the app's port)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=_probe_timeout,
+        default=probe.DEFAULT_TIMEOUT,
+        metavar="SECONDS",
+        help=f"for the whole exchange (default: {probe.DEFAULT_TIMEOUT:g})",
+    )
+    return parser
+
+
+def _probe(argv: list[str]) -> int:
+    """``graceful probe``: one line on standard output, the exit status of what it found."""
+    from graceful.healthport import probe
+
+    parser = _probe_parser()
+    try:
+        args = parser.parse_args(argv)
+        address = probe.resolve(args.address, os.environ)
+    except SystemExit as exc:  # --help and usage errors
+        return 0 if exc.code is None else exc.code if isinstance(exc.code, int) else 2
+    except ValueError as exc:  # a bad --address or GRACEFUL_HEALTH_BIND
+        print(f"graceful probe: error: {exc}", file=sys.stderr)
+        return 2
+    outcome = probe.probe(args.endpoint, address, args.timeout)
+    print(outcome.line)
+    return outcome.exit_status
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -116,6 +172,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-level", choices=_LOG_LEVELS, default="info", help="log level (default: info)")
 
     commands.add_parser(
+        "probe",
+        add_help=False,
+        help="ask the health port once, for exec probes and HEALTHCHECK (graceful probe --help)",
+    )
+    commands.add_parser(
         "check",
         add_help=False,
         help="check Kubernetes manifests for settings that lose requests (graceful check --help)",
@@ -135,6 +196,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ``lifecycle.exit(status)`` (hung hook threads are not waited for).
     """
     args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list[:1] == ["probe"]:
+        return _probe(args_list[1:])
     if args_list[:1] == ["check"]:
         from graceful.kubernetes import command as check  # its dependencies are not needed to serve
 

@@ -1,4 +1,4 @@
-"""Tests for graceful.cli: argument parsing, `graceful check` delegation, and start-up errors of `graceful serve`."""
+"""Tests for graceful.cli: arguments, `graceful check` delegation, `graceful probe`, `graceful serve` start errors."""
 
 from __future__ import annotations
 
@@ -6,12 +6,16 @@ import argparse
 import os
 import socket
 import sys
+from collections.abc import Iterator
 
 import pytest
 
 from graceful import __version__
 from graceful.cli import main, parse_bind
+from graceful.healthport.address import HealthAddress
+from graceful.healthport.server import HealthPort
 from graceful.kubernetes import command as check
+from graceful.wsgi.health import HealthResponse
 from tests.conftest import ROOT, Processes
 
 
@@ -42,10 +46,10 @@ class TestMain:
         assert capsys.readouterr().out.strip() == f"graceful {__version__}"
 
     def test_help_lists_every_command(self, capsys: pytest.CaptureFixture[str]) -> None:
-        """--help succeeds and names serve, check and timeline."""
+        """--help succeeds and names serve, probe, check and timeline."""
         assert main(["--help"]) == 0
         out = capsys.readouterr().out
-        assert "serve" in out and "check" in out and "timeline" in out
+        assert "serve" in out and "probe" in out and "check" in out and "timeline" in out
 
     def test_timeline_help(self, capsys: pytest.CaptureFixture[str]) -> None:
         """`graceful timeline --help` is the timeline's own help, and succeeds."""
@@ -100,6 +104,93 @@ class TestMain:
     def test_check_runs_for_real(self, capsys: pytest.CaptureFixture[str]) -> None:
         """`graceful check` on a clean manifest exits 0."""
         assert main(["check", str(ROOT / "tests" / "kubernetes" / "manifests" / "clean.yaml")]) == 0
+
+
+class Answers:
+    """A health port's responder: /livez passes, /readyz fails its shutdown check."""
+
+    def respond(self, endpoint: str, check: str | None, query_string: str) -> HealthResponse:
+        if endpoint == "readyz":
+            return HealthResponse(503, "[+]ping ok\n[-]shutdown failed: reason withheld\nreadyz check failed\n")
+        return HealthResponse(200, "ok")
+
+    def metrics(self) -> tuple[int, bytes, str]:
+        return 404, b"", "text/plain"
+
+
+@pytest.fixture
+def health_port() -> Iterator[HealthPort]:
+    port = HealthPort(HealthAddress("127.0.0.1", 0), Answers())
+    port.bind()
+    port.start()
+    try:
+        yield port
+    finally:
+        port.close()
+
+
+class TestProbe:
+    """`graceful probe`: exit 0 on 200, 1 on anything else, 2 on bad usage; one line."""
+
+    def test_200_exits_0(self, health_port: HealthPort, capsys: pytest.CaptureFixture[str]) -> None:
+        """A passing endpoint exits 0 with one line on standard output."""
+        assert main(["probe", "livez", "--address", health_port.bound_address]) == 0
+        out = capsys.readouterr().out
+        assert out.count("\n") == 1 and out.startswith(f"livez: 200 ok from {health_port.bound_address} in ")
+
+    def test_503_exits_1(self, health_port: HealthPort, capsys: pytest.CaptureFixture[str]) -> None:
+        """A failing endpoint exits 1, naming the failing check."""
+        assert main(["probe", "readyz", "--address", health_port.bound_address]) == 1
+        out = capsys.readouterr().out
+        assert out.count("\n") == 1 and "503" in out and out.endswith("(failing: shutdown)\n")
+
+    def test_address_from_the_environment(
+        self, health_port: HealthPort, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """Without --address, GRACEFUL_HEALTH_BIND says where (0.0.0.0 asked on 127.0.0.1)."""
+        port = health_port.bound_address.rpartition(":")[2]
+        monkeypatch.setenv("GRACEFUL_HEALTH_BIND", f"0.0.0.0:{port}")
+        assert main(["probe", "healthz"]) == 0
+        assert f"from 127.0.0.1:{port} " in capsys.readouterr().out
+
+    def test_refused_exits_1(self, capsys: pytest.CaptureFixture[str]) -> None:
+        """Nobody listening: exit 1, one line."""
+        holder = socket.create_server(("127.0.0.1", 0))
+        address = f"127.0.0.1:{holder.getsockname()[1]}"
+        holder.close()
+        assert main(["probe", "livez", "--address", address]) == 1
+        assert capsys.readouterr().out == f"livez: connection refused by {address}\n"
+
+    @pytest.mark.parametrize(
+        ("argv", "message"),
+        [
+            (["probe"], "the following arguments are required: endpoint"),
+            (["probe", "metrics"], "invalid choice: 'metrics'"),
+            (["probe", "livez", "--timeout", "0"], "'0' is not a number of seconds > 0"),
+            (["probe", "livez", "--timeout", "soon"], "'soon' is not a number of seconds"),
+            (["probe", "livez", "--address", ":8081"], "--address=':8081' is not allowed: write the host"),
+            (["probe", "livez", "--port", "1"], "unrecognized arguments: --port 1"),
+        ],
+    )
+    def test_bad_usage_exits_2(self, capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
+        """Bad arguments exit 2 with a message naming the value; nothing on standard output."""
+        assert main(argv) == 2
+        captured = capsys.readouterr()
+        assert message in captured.err and captured.out == "" and "Traceback" not in captured.err
+
+    def test_bad_environment_exits_2(self, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+        """A bad GRACEFUL_HEALTH_BIND exits 2 with one line naming it."""
+        monkeypatch.setenv("GRACEFUL_HEALTH_BIND", "junk")
+        assert main(["probe", "livez"]) == 2
+        err = capsys.readouterr().err
+        assert (
+            err.startswith("graceful probe: error: GRACEFUL_HEALTH_BIND='junk' is not allowed") and err.count("\n") == 1
+        )
+
+    def test_help(self, capsys: pytest.CaptureFixture[str]) -> None:
+        """`graceful probe --help` succeeds and documents the fallback."""
+        assert main(["probe", "--help"]) == 0
+        assert "GRACEFUL_HEALTH_BIND, else 127.0.0.1:8000" in " ".join(capsys.readouterr().out.split())
 
 
 def run_serve(processes: Processes, *args: str, **env: str) -> tuple[int, str]:

@@ -36,8 +36,10 @@ __all__ = ["ALLOWED", "BACKLOG", "HealthAddress", "parse_address"]
 #: What an error message says is allowed.
 ALLOWED = "HOST:PORT (such as 0.0.0.0:8081, 127.0.0.1:8081 or [::1]:8081), unix:PATH, or empty (off)"
 
-#: The listen backlog: probes are few; what waits beyond it is a flood.
-BACKLOG = 128
+#: The listen backlog: room for a burst (1,000 connections opened at once by other pods) while the port's
+#: thread takes them, so that no SYN, a probe's included, is dropped and retried a second later. The kernel
+#: caps it at net.core.somaxconn (4096 since Linux 5.4, 128 before).
+BACKLOG = 4096
 
 #: The longest Unix socket path Linux takes (sun_path is 108 bytes with its NUL).
 _MAX_UNIX_PATH = 107

@@ -92,11 +92,18 @@ def route(line: bytes) -> Probe | Refusal:
 
 
 def encode(
-    status: int, body: bytes, *, head: bool = False, allow: str | None = None, content_type: str = TEXT
+    status: int,
+    body: bytes,
+    *,
+    head: bool = False,
+    allow: str | None = None,
+    retry_after: str | None = None,
+    content_type: str = TEXT,
 ) -> bytes:
     """A whole ``Connection: close`` response with graceful's status line and headers; no body for HEAD."""
     lines = [f"HTTP/1.1 {STATUS[status]}"]
-    lines.extend(f"{name}: {value}" for name, value in headers_for(body, allow=allow, content_type=content_type))
+    headers = headers_for(body, retry_after=retry_after, allow=allow, content_type=content_type)
+    lines.extend(f"{name}: {value}" for name, value in headers)
     lines.append("Connection: close")
     head_bytes = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
     return head_bytes if head else head_bytes + body

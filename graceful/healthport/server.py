@@ -8,6 +8,14 @@ WSGI and no Gunicorn: a :class:`Responder` answers each probe from results
 already at hand, in microseconds (:mod:`.view`), so no probe ever waits for
 an app worker, a thread of the app or a check.
 
+Each round of the loop, in order: accept up to ``_ACCEPT_ROUND`` connections
+(reading at once the request that usually came with each, and answering a
+probe there and then), read and answer the connections that became
+readable, answer at most one queued ``/metrics`` (so probes never wait
+behind a run of them), close what has expired. At the cap of open
+connections one is shed for each new one (:mod:`.table`): never a probe
+whose request has arrived.
+
 After its answer a connection is shut down for writing and what the client
 still sends is read and dropped for up to ``LINGER`` seconds, so that closing
 with unread bytes does not reset the answer away.
@@ -30,7 +38,6 @@ another server still holds it); every other error is raised at start-up.
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import errno
 import logging
@@ -45,10 +52,12 @@ from collections.abc import Callable, Iterator
 from typing import Protocol
 
 from graceful.healthport.address import HealthAddress
-from graceful.healthport.limits import Bucket, ClientBudgets, Limits
+from graceful.healthport.limits import ClientBudgets, Limits, connection_capacity
 from graceful.healthport.request import Probe, Refusal, encode, parse
+from graceful.healthport.table import LINGERING, QUEUED, READING, WRITING, ConnectionTable
 from graceful.wsgi.health import HealthResponse
 from graceful.wsgi.probes import METRICS
+from graceful.wsgi.replies import TOO_MANY
 
 __all__ = ["LINGER", "HealthPort", "PortStats", "Responder", "register_at_fork_weakly"]
 
@@ -61,7 +70,9 @@ LINGER = 0.5
 #: The longest the loop sleeps with nothing to do (it looks at ``passive`` and a bind retry then).
 _IDLE = 0.5
 #: Connections accepted per round at most (then the other sockets have their turn).
-_ACCEPT_ROUND = 32
+_ACCEPT_ROUND = 64
+#: Seconds to leave the listener alone when accept() fails for want of descriptors and nothing can be shed.
+_ACCEPT_PAUSE = 0.1
 #: Seconds before a fork gives up waiting for the gate (a round never takes that long) and forks anyway.
 _FORK_WAIT = 1.0
 #: Signals this thread blocks, so the kernel hands them to the main thread (where Python runs handlers).
@@ -78,7 +89,6 @@ _ASYNC_SIGNALS = {
     signal.SIGWINCH,
     signal.SIGALRM,
 }
-_READING, _WRITING, _LINGERING = "reading", "writing", "lingering"
 _LISTENER, _WAKE = "listener", "wake"
 
 
@@ -95,7 +105,11 @@ class Responder(Protocol):
 
 
 class PortStats:
-    """What the port did, counted on its thread (plain ints: read them from any thread)."""
+    """What the port did, counted on its thread (plain ints: read them from any thread).
+
+    ``evicted``: connections shed for new ones at the cap; ``rate_limited``:
+    ``/metrics`` requests answered 429 (over their budget).
+    """
 
     __slots__ = ("accepted", "answered", "bad_requests", "evicted", "rate_limited", "timed_out", "too_large")
 
@@ -108,18 +122,19 @@ class PortStats:
 
 
 class _Conn:
-    """One accepted connection: what it sent so far, what is left to send, its deadline."""
+    """One accepted connection: what it sent so far, what is left to send, its deadline, its state (:mod:`.table`)."""
 
-    __slots__ = ("deadline", "inbox", "outbox", "peer", "sock", "started", "state")
+    __slots__ = ("deadline", "inbox", "outbox", "peer", "request", "sock", "state")
 
     def __init__(self, sock: socket.socket, peer: str, now: float, deadline: float) -> None:
         self.sock = sock
         self.peer = peer
-        self.started = now
         self.deadline = now + deadline
         self.inbox = bytearray()
         self.outbox = memoryview(b"")
-        self.state = _READING
+        self.state = READING
+        #: A queued /metrics request.
+        self.request: Probe | None = None
 
 
 class HealthPort:
@@ -162,11 +177,8 @@ class HealthPort:
         self._watching_listener = False
         #: The wake-up socket pair, made by start().
         self._wake: tuple[socket.socket, socket.socket] | None = None
-        self._conns: dict[socket.socket, _Conn] = {}
-        self._per_peer: collections.Counter[str] = collections.Counter()
-        now = time.monotonic()
-        self._accepts = Bucket(self.limits.accept_rate, self.limits.accept_rate / 10, now)
-        self._budgets = ClientBudgets(self.limits, now)
+        self._conns: ConnectionTable[_Conn] = ConnectionTable(connection_capacity(self.limits))
+        self._metrics_budgets = ClientBudgets(self.limits, time.monotonic())
         self._paused_until = 0.0
         self._closing = False
         self._releasing = False
@@ -294,11 +306,10 @@ class HealthPort:
         self._close_all(keep=self._listener if self._keep_listener_in_child else None)
 
     def _close_all(self, keep: socket.socket | None = None) -> None:
-        for conn in list(self._conns.values()):
+        for conn in self._conns:
+            self._conns.remove(conn)
             with contextlib.suppress(OSError):
                 conn.sock.close()
-        self._conns.clear()
-        self._per_peer.clear()
         if self._selector is not None:
             with contextlib.suppress(OSError):
                 self._selector.close()
@@ -324,7 +335,7 @@ class HealthPort:
             for fd in self._extra:
                 selector.register(fd, selectors.EVENT_READ, fd)
             while not self._closing:
-                if self._releasing and not self._conns:
+                if self._releasing and not len(self._conns):
                     break  # every connection accepted has its answer: the successor serves the rest
                 self._update_listener(selector)
                 timeout = self._timeout()
@@ -354,13 +365,21 @@ class HealthPort:
                 self._accept(selector)
             elif isinstance(data, int):
                 self._call_back(data)
-            elif isinstance(data, _Conn) and data.sock in self._conns:
-                try:
-                    self._on_ready(selector, data)
-                except Exception:  # one connection's trouble never stops the port: drop it, go on
-                    logger.exception("graceful: the health port dropped a connection it could not handle")
-                    self._drop(selector, data)
+            elif isinstance(data, _Conn) and data in self._conns:  # not shed earlier in this round
+                self._guarded(selector, data, self._on_ready)
+        # After every probe of this round: one /metrics, the most expensive answer.
+        queued = self._conns.first(QUEUED)
+        if queued is not None:
+            self._guarded(selector, queued, self._answer_queued)
         self._expire(selector)
+
+    def _guarded(self, selector: selectors.BaseSelector, conn: _Conn, step: Callable[..., None]) -> None:
+        """Run ``step(selector, conn)``; one connection's trouble never stops the port: drop it, go on."""
+        try:
+            step(selector, conn)
+        except Exception:
+            logger.exception("graceful: the health port dropped a connection it could not handle")
+            self._drop(selector, conn)
 
     def _call_back(self, fd: int) -> None:
         """A watched descriptor is readable: its callback; one that raises is logged and unwatched."""
@@ -374,10 +393,13 @@ class HealthPort:
             self.unwatch(fd)
 
     def _timeout(self) -> float:
+        if self._conns.count(QUEUED):
+            return 0.0  # a /metrics waits its turn: after this round's probes, not after a sleep
         now = time.monotonic()
         wake = now + _IDLE
-        if self._conns:
-            wake = min(wake, min(conn.deadline for conn in self._conns.values()))
+        deadline = self._conns.next_deadline()
+        if deadline is not None:
+            wake = min(wake, deadline)
         if self._paused_until:
             wake = min(wake, self._paused_until)
         return max(0.0, wake - now)
@@ -431,67 +453,54 @@ class HealthPort:
         logger.info("graceful: health port listening on %s (pid %d)", self.bound_address, os.getpid())
 
     def _accept(self, selector: selectors.BaseSelector) -> None:
+        """Take up to ``_ACCEPT_ROUND`` connections from the kernel's queue; answer those whose probe came along."""
         listener = self._listener
         if listener is None:
             return
         for _ in range(_ACCEPT_ROUND):
-            now = time.monotonic()
-            if not self._accepts.take(now):
-                # Leave the rest in the kernel's queue until the bucket has refilled a little.
-                self._paused_until = now + 10.0 / self.limits.accept_rate
-                return
             try:
                 sock, address = listener.accept()
             except (BlockingIOError, InterruptedError):
-                self._accepts.give_back()
                 return
             except ConnectionAbortedError:
                 continue
-            except OSError as exc:  # out of file descriptors, say: pause instead of spinning
-                logger.error("graceful: the health port's accept() failed: %s; pausing for 0.5s", exc)
-                self._paused_until = time.monotonic() + 0.5
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE) and self._shed(selector):
+                    continue  # out of descriptors: one connection fewer, then the next one
+                logger.error("graceful: the health port's accept() failed: %s; pausing for %gs", exc, _ACCEPT_PAUSE)
+                self._paused_until = time.monotonic() + _ACCEPT_PAUSE
                 return
-            peer = address[0] if isinstance(address, tuple) else "unix"
             self.stats.accepted += 1
-            if not self._budgets.take(peer, now):
-                self.stats.rate_limited += 1
-                sock.close()  # over budget: closed unanswered, at the cost of one accept
-                continue
             sock.setblocking(False)
-            self._admit(selector, sock, peer)
+            if self._conns.full():
+                self._shed(selector)
+            conn = _Conn(
+                sock, address[0] if isinstance(address, tuple) else "unix", time.monotonic(), self.limits.deadline
+            )
+            self._conns.add(conn)
+            selector.register(sock, selectors.EVENT_READ, conn)
+            self._guarded(selector, conn, self._on_ready)  # its request is usually there already
 
-    def _admit(self, selector: selectors.BaseSelector, sock: socket.socket, peer: str) -> None:
-        limits = self.limits
-        if self._per_peer[peer] >= limits.max_per_client:
-            self._evict(selector, peer)
-        if len(self._conns) >= limits.max_connections:
-            self._evict(selector, None)
-        conn = _Conn(sock, peer, time.monotonic(), limits.deadline)
-        self._conns[sock] = conn
-        self._per_peer[peer] += 1
-        selector.register(sock, selectors.EVENT_READ, conn)
-
-    def _evict(self, selector: selectors.BaseSelector, peer: str | None) -> None:
-        """Close the oldest connection (of ``peer``) still waiting for its request; else the oldest."""
-        candidates = [c for c in self._conns.values() if peer is None or c.peer == peer]
-        waiting = [c for c in candidates if c.state == _READING] or candidates
-        if waiting:
+    def _shed(self, selector: selectors.BaseSelector) -> bool:
+        """Close one connection to make room (:meth:`ConnectionTable.victim`); False when there is none."""
+        victim = self._conns.victim()
+        if victim is None:
+            return False
+        if victim.state != LINGERING:
             self.stats.evicted += 1
-            self._drop(selector, min(waiting, key=lambda c: c.started))
+        self._drop(selector, victim)
+        return True
 
     def _drop(self, selector: selectors.BaseSelector, conn: _Conn) -> None:
-        if self._conns.pop(conn.sock, None) is None:
+        if not self._conns.remove(conn):
             return
-        self._per_peer[conn.peer] -= 1
-        if self._per_peer[conn.peer] <= 0:
-            del self._per_peer[conn.peer]
         with contextlib.suppress(KeyError, ValueError, OSError):
             selector.unregister(conn.sock)
         with contextlib.suppress(OSError):
             conn.sock.close()
 
     def _on_ready(self, selector: selectors.BaseSelector, conn: _Conn) -> None:
-        if conn.state == _WRITING:
+        if conn.state == WRITING:
             self._send(selector, conn)
             return
         try:
@@ -502,7 +511,7 @@ class HealthPort:
             data = b""
         if not data:  # the client closed, or reset
             self._drop(selector, conn)
-        elif conn.state == _READING:
+        elif conn.state == READING:
             conn.inbox += data
             self._read(selector, conn)
 
@@ -516,9 +525,20 @@ class HealthPort:
             elif parsed.status == 431:
                 self.stats.too_large += 1
             response = encode(parsed.status, parsed.body, head=parsed.head, allow=parsed.allow)
-        else:
+        elif parsed.endpoint != METRICS:
             response = self._answer(parsed)
+        elif self._metrics_budgets.take(conn.peer, time.monotonic()):
+            conn.request = parsed
+            self._conns.move(conn, QUEUED)  # answered after this round's probes (_round)
+            return
+        else:
+            self.stats.rate_limited += 1
+            response = encode(429, TOO_MANY, head=parsed.head, retry_after="1")
         self._reply(selector, conn, response)
+
+    def _answer_queued(self, selector: selectors.BaseSelector, conn: _Conn) -> None:
+        assert conn.request is not None
+        self._reply(selector, conn, self._answer(conn.request))
 
     def _answer(self, probe: Probe) -> bytes:
         if probe.endpoint == METRICS:
@@ -536,7 +556,7 @@ class HealthPort:
         return encode(answer.status, answer.body.encode("utf-8", "replace"), head=probe.head)
 
     def _reply(self, selector: selectors.BaseSelector, conn: _Conn, response: bytes) -> None:
-        conn.state = _WRITING
+        self._conns.move(conn, WRITING)
         conn.inbox = bytearray()
         conn.outbox = memoryview(response)
         self.stats.answered += 1
@@ -557,14 +577,13 @@ class HealthPort:
         # Answered: our FIN now; read and drop what the client still sends, briefly, then close.
         with contextlib.suppress(OSError):
             conn.sock.shutdown(socket.SHUT_WR)
-        conn.state = _LINGERING
-        conn.deadline = min(conn.deadline, time.monotonic() + LINGER)
+        conn.deadline = time.monotonic() + LINGER
+        self._conns.move(conn, LINGERING)
         selector.modify(conn.sock, selectors.EVENT_READ, conn)
 
     def _expire(self, selector: selectors.BaseSelector) -> None:
-        now = time.monotonic()
-        for conn in [c for c in self._conns.values() if c.deadline <= now]:
-            if conn.state != _LINGERING:
+        for conn in self._conns.expired(time.monotonic()):
+            if conn.state != LINGERING:
                 self.stats.timed_out += 1
             self._drop(selector, conn)
 

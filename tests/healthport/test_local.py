@@ -44,7 +44,7 @@ def eventually(health: LocalHealth, path: str, status: int, saying: str = "") ->
     deadline = time.monotonic() + SOON
     answer = probe(health, path)
     while (answer[0] != status or saying not in answer[1]) and time.monotonic() < deadline:
-        time.sleep(0.1)  # within one client's budget of 20 answers a second
+        time.sleep(0.1)  # a probe every 0.1 s until the answer changes (bounded by SOON)
         answer = probe(health, path)
     return answer
 

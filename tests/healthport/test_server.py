@@ -223,8 +223,9 @@ class TestBadInput:
             assert closed and time.monotonic() - started_at < SOON
         assert answered >= 2 and port.stats.timed_out == 1
 
-    def test_thousand_idle_connections(self, port: HealthPort) -> None:
-        """1,000 silent connections from one client never keep another client's probe out."""
+    def test_thousand_idle_connections(self) -> None:
+        """1,000 silent connections from one client, 64 slots: another client's probes are all answered."""
+        port = started(deadline=1.0, max_connections=64)
         idle = []
         try:
             for _ in range(1000):
@@ -232,43 +233,43 @@ class TestBadInput:
             statuses = [get(port, "/readyz", source="127.0.0.2")[0] for _ in range(10)]
             assert statuses == [200] * 10
             stats = port.stats
-            # Each one was closed unanswered (over its client's budget), evicted or timed out: none holds a slot.
-            assert stats.rate_limited + stats.evicted + stats.timed_out >= 1000 - port.limits.max_per_client
+            # Beyond the cap each new one shed an older silent one (or one timed out): none held a probe's slot.
+            assert stats.evicted + stats.timed_out >= 1000 - port.limits.max_connections
         finally:
             for sock in idle:
                 sock.close()
+            port.close()
 
-    def test_one_client_cannot_hold_every_slot(self) -> None:
-        """Connections from one address beyond max_per_client evict that address's oldest, not another's."""
-        server = started(max_connections=8, max_per_client=4)
+    def test_a_full_port_sheds_the_flooding_address(self) -> None:
+        """At the cap, the address holding the most silent connections loses its oldest, not another's older one."""
+        server = started(max_connections=8)
+        other = socket.socket()
+        hogs: list[socket.socket] = []
         try:
-            other = socket.socket()
             other.settimeout(SOON)
             other.bind(("127.0.0.2", 0))
-            other.connect(("127.0.0.1", number(server)))
-            hogs = [socket.create_connection(("127.0.0.1", number(server)), timeout=SOON) for _ in range(20)]
-            assert wait_for(lambda: server.stats.evicted >= 16 - 4)
+            other.connect(("127.0.0.1", number(server)))  # the oldest silent connection of all
+            assert wait_for(lambda: server.stats.accepted == 1)
+            hogs.extend(socket.create_connection(("127.0.0.1", number(server)), timeout=SOON) for _ in range(20))
+            assert wait_for(lambda: server.stats.evicted >= 21 - 8)
             other.sendall(b"GET /livez HTTP/1.1\r\n\r\n")
             assert other.recv(100).startswith(b"HTTP/1.1 200 ")
+        finally:
             for sock in [other, *hogs]:
                 sock.close()
-        finally:
             server.close()
 
-    def test_flood_is_rate_limited(self) -> None:
-        """A flooding client gets its budget answered and the rest closed; another client is still answered."""
-        server = started(client_rate=20.0)
+    def test_metrics_beyond_budget_is_a_429_and_probes_are_not_limited(self) -> None:
+        """/metrics beyond its client's budget gets 429 + Retry-After; probes from that address are all answered."""
+        server = started(metrics_client_rate=5.0)
         try:
-            started_at = time.monotonic()
-            answered = refused = 0
-            while time.monotonic() - started_at < 1.0:
-                try:
-                    answered += get(server, "/livez")[0] == 200
-                except (OSError, http.client.HTTPException):
-                    refused += 1
-            assert 20 <= answered <= 20 + 20 * 2  # 20 at once, then 20 a second (generous: a loaded machine)
-            assert refused >= 1 and server.stats.rate_limited >= 1
-            assert get(server, "/livez", source="127.0.0.2")[0] == 200
+            answers = [get(server, "/metrics") for _ in range(30)]
+            ok = sum(status == 200 for status, _, _ in answers)
+            refused = [headers for status, headers, _ in answers if status == 429]
+            assert 5 <= ok <= 5 + 10  # 5 at once, then 5 a second (generous: a loaded machine)
+            assert len(refused) == 30 - ok and refused[0]["Retry-After"] == "1"
+            assert server.stats.rate_limited == len(refused)
+            assert [get(server, "/livez")[0] for _ in range(100)] == [200] * 100
         finally:
             server.close()
 
