@@ -32,10 +32,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from django.conf import settings
-from gunicorn.errors import AppImportError
 
 from graceful.core.config import Config, ConfigError, env_name
 from graceful.core.lifecycle import Lifecycle
+from graceful.gunicorn.adapter.refusal import WorkerRefused
 
 __all__ = [
     "SETTING",
@@ -56,7 +56,7 @@ _PREFIX = env_name("")
 _KNOWN = frozenset(env_name(field.name) for field in dataclasses.fields(Config))
 
 
-class SettingsError(ConfigError, AppImportError, RuntimeError):  # type: ignore[misc]  # Gunicorn is untyped
+class SettingsError(ConfigError, WorkerRefused, RuntimeError):
     """Refused graceful settings met while Django starts outside ``manage.py``: one line in each server.
 
     Its message is graceful.Config's own. It is each kind of error a server

@@ -38,9 +38,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from graceful.core.budget import graceful_timeout_problem
+from graceful.core.config import ConfigError
 from graceful.core.lifecycle import Lifecycle, NullAdapter, SignalListener
 from graceful.core.record import ROLE_WORKER, part_of
 from graceful.core.registry import PRE_SHUTDOWN_HOOK
+from graceful.gunicorn.adapter.refusal import WorkerRefused
 from graceful.gunicorn.adapter.worker import Worker
 from graceful.gunicorn.process_stop import ProcessStop
 from graceful.gunicorn.recycling import GthreadStop
@@ -114,13 +116,16 @@ class WorkerShutdown:
     def start(self) -> None:
         """``post_worker_init``: check the budget, wrap the app, start hooks, the watch and the stop."""
         lifecycle = self.lifecycle
-        lifecycle.check_budget()
+        try:
+            lifecycle.check_budget()
+        except ConfigError as exc:
+            raise WorkerRefused(f"graceful: {exc}") from None
         # The master checked with the cleanup tasks it could see; the app has registered its own now.
         problem = graceful_timeout_problem(
             self.graceful_timeout, lifecycle.config.drain_timeout, lifecycle.longest_cleanup_timeout()
         )
         if problem is not None:
-            raise RuntimeError(problem)
+            raise WorkerRefused(problem)
         worker = self.worker
         if self.kind == "gevent":
             # First: the lifecycle's events and locks must be cooperative before anything uses them.

@@ -21,6 +21,7 @@ import pytest
 
 from graceful.core.config import Config
 from graceful.core.lifecycle import Lifecycle
+from graceful.gunicorn.adapter.refusal import WorkerRefused
 from graceful.gunicorn.shared import SharedState
 from graceful.gunicorn.stop_reason import StopReason
 from graceful.gunicorn.worker import WorkerShutdown
@@ -126,7 +127,14 @@ class TestStart:
         fake = FakeWorker(graceful_timeout=10)
         shutdown = worker_of(fake, shared, Config(drain_timeout=4, grace_period=60))
         shutdown.lifecycle.cleanup_task("flush", timeout=20)(lambda: None)
-        with pytest.raises(RuntimeError, match="graceful_timeout"):
+        with pytest.raises(WorkerRefused, match="graceful_timeout"):
+            shutdown.start()
+
+    def test_a_budget_the_apps_hooks_break_refuses_the_worker_in_one_line(self, shared: SharedState) -> None:
+        """A cleanup task registered by the app that cannot fit the grace period: the worker's boot is refused."""
+        shutdown = worker_of(FakeWorker(), shared, Config(shutdown_delay=5, drain_timeout=4, grace_period=20))
+        shutdown.lifecycle.cleanup_task("flush", timeout=15)(lambda: None)
+        with pytest.raises(WorkerRefused, match="^graceful: graceful shutdown does not fit GRACEFUL_GRACE_PERIOD"):
             shutdown.start()
 
     def test_the_masters_facts_reach_the_worker(self, shared: SharedState) -> None:
