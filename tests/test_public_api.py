@@ -46,6 +46,7 @@ class TestPublicPaths:
 
         expected = {
             "graceful_timeout",
+            "nworkers_changed",
             "on_exit",
             "on_reload",
             "on_starting",
