@@ -134,7 +134,7 @@ class TestStart:
         """A cleanup task registered by the app that cannot fit the grace period: the worker's boot is refused."""
         shutdown = worker_of(FakeWorker(), shared, Config(shutdown_delay=5, drain_timeout=4, grace_period=20))
         shutdown.lifecycle.cleanup_task("flush", timeout=15)(lambda: None)
-        with pytest.raises(WorkerRefused, match="^graceful: graceful shutdown does not fit GRACEFUL_GRACE_PERIOD"):
+        with pytest.raises(WorkerRefused, match=r"^graceful: graceful shutdown does not fit GRACEFUL_GRACE_PERIOD"):
             shutdown.start()
 
     def test_the_masters_facts_reach_the_worker(self, shared: SharedState) -> None:
