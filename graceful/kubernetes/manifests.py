@@ -89,7 +89,7 @@ class Probe:
     """A readiness or liveness probe: its handler and timing (Kubernetes' defaults filled in)."""
 
     handler: str  # httpGet, tcpSocket, exec, grpc, or "probe" when it names none
-    path: str | None  # httpGet only: the path, "/" when left out
+    path: str | None  # httpGet: the path, "/" when left out; exec: the one `graceful probe` asks, else None
     port: int | str | None  # httpGet/tcpSocket/grpc: a number, or the name of a containerPort
     period: int
     threshold: int
@@ -423,6 +423,8 @@ def _probe(value: object, meta: _Meta, where: str) -> Probe | None:
     if handler == "httpGet":
         written = action.get("path")
         path = written if isinstance(written, str) and written else "/"
+    elif handler == "exec":  # `graceful probe readyz` asks the health port's /readyz
+        path = graceful_probe_path(_strings(action.get("command"), meta, f"{where}.exec.command"))
     port = action.get("port")
     if isinstance(port, bool) or not isinstance(port, (int, str)):
         port = None
@@ -433,6 +435,16 @@ def _probe(value: object, meta: _Meta, where: str) -> Probe | None:
         for key, default in _PROBE_DEFAULTS.items()
     }
     return Probe(handler, path, port, timing["periodSeconds"], timing["failureThreshold"], timing["timeoutSeconds"])
+
+
+#: ``graceful probe ENDPOINT`` (or ``python -m graceful probe ENDPOINT``), also inside ``sh -c "..."``.
+_GRACEFUL_PROBE = re.compile(r"(?:^|[\s/])(?:graceful|-m\s+graceful)\s+probe\s+(livez|readyz|healthz)(?![\w/])")
+
+
+def graceful_probe_path(command: tuple[str, ...]) -> str | None:
+    """The health path an exec probe's ``command`` asks with ``graceful probe``, or None for any other command."""
+    found = _GRACEFUL_PROBE.search(" ".join(command))
+    return None if found is None else f"/{found.group(1)}"
 
 
 def _pre_stop_sleep(pre_stop: Mapping[str, Any] | None, meta: _Meta, where: str) -> float:

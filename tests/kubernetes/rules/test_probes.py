@@ -65,6 +65,26 @@ class TestReadinessProbeNotOnReadyz:
         probe = {"exec": {"command": ["true"]}, "periodSeconds": 1, "failureThreshold": 2}
         assert codes_of(pod(container(readinessProbe=probe))) == ["GC002"]
 
+    @pytest.mark.parametrize(
+        "command",
+        [
+            ["graceful", "probe", "readyz"],
+            ["python", "-m", "graceful", "probe", "readyz", "--timeout", "1"],
+            ["/usr/local/bin/graceful", "probe", "readyz"],
+            ["sh", "-c", "graceful probe readyz --address 127.0.0.1:9000"],
+        ],
+    )
+    def test_graceful_probe_readyz_is_a_readyz_probe(self, command: list[str]) -> None:
+        """An exec probe running `graceful probe readyz` asks /readyz on the health port: no GC002."""
+        probe = {"exec": {"command": command}, "periodSeconds": 1, "failureThreshold": 2, "timeoutSeconds": 2}
+        assert codes_of(pod(container(readinessProbe=probe))) == []
+
+    def test_graceful_probe_livez_for_readiness_is_gc002(self) -> None:
+        """`graceful probe livez` as the readiness probe keeps passing during the shutdown: GC002 names /livez."""
+        probe = {"exec": {"command": ["graceful", "probe", "livez"]}, "periodSeconds": 1, "failureThreshold": 2}
+        [finding] = check_documents([pod(container(readinessProbe=probe))], "test")
+        assert finding.code == "GC002" and "on /livez, not /readyz" in finding.message
+
     def test_excluding_the_shutdown_check(self) -> None:
         """/readyz?exclude=shutdown never fails on shutdown: GC002."""
         probe = copy.deepcopy(CLEAN_CONTAINER["readinessProbe"])
@@ -89,6 +109,11 @@ class TestReadinessProbeNotOnReadyz:
 
 class TestLivenessOnReadyz:
     """GC003: a liveness probe on /readyz restarts the container mid-drain."""
+
+    def test_graceful_probe_readyz_as_liveness(self) -> None:
+        """An exec liveness probe running `graceful probe readyz` fails for the whole shutdown: GC003."""
+        probe = {"exec": {"command": ["graceful", "probe", "readyz"]}, "periodSeconds": 5, "failureThreshold": 3}
+        assert "GC003" in codes_of(pod(container(livenessProbe=probe)))
 
     def test_manifest(self) -> None:
         """The GC003 manifest has exactly GC003, an error, with the probe's timing."""
