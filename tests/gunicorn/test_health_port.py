@@ -2,10 +2,10 @@
 
 Every Gunicorn here serves tests/live/health_app.py with GRACEFUL_HEALTH_BIND
 on a free port. Probes are GETs on fresh connections with a 1 s timeout, as
-a kubelet's with the default ``timeoutSeconds``; each prober stays within one
-client's budget (20 answers a second), and probers that run at the same time
-come from addresses of their own (127.0.0.2, 127.0.0.3). Timings are bounded
-and generous; the figures are bench/health_probes.py's.
+a kubelet's with the default ``timeoutSeconds`` (probes are never budgeted; only
+``/metrics`` is, per address), and probers that run at the same time come from
+addresses of their own (127.0.0.2, 127.0.0.3). Timings are bounded and
+generous; the figures are bench/health_probes.py's and bench/health_flood.py's.
 """
 
 from __future__ import annotations
