@@ -26,8 +26,17 @@ from tests.gunicorn.test_gunicorn import gunicorn as gunicorn
 
 pytestmark = [pytest.mark.e2e, pytest.mark.gunicorn]
 
-DIRTY = ("--dirty-workers", "1", "--dirty-app", "tests.live.dirty_app:Sleeper", "--dirty-graceful-timeout", "5")
 DIRTY_APP = "tests.live.dirty_app:app"
+
+
+def dirty_options(name: str) -> tuple[str, ...]:
+    """The dirty pool's options, with a process name of the test's own: Gunicorn keeps the dirty arbiter's
+    pid in a file named after it, and kills the pid it finds there at start-up as an orphan."""
+    return (
+        *("--name", f"graceful-dirty-{name}"),
+        *("--dirty-workers", "1", "--dirty-app", "tests.live.dirty_app:Sleeper", "--dirty-graceful-timeout", "5"),
+    )
+
 
 needs_dirty = pytest.mark.skipif(_gunicorn_version() < (27, 0), reason="dirty workers exist from Gunicorn 27")
 needs_control_socket = pytest.mark.skipif(
@@ -70,9 +79,11 @@ def wait_dirty_ready(server: Server) -> None:
 @needs_dirty
 class TestDirtyPool:
     @pytest.mark.parametrize("kind", ALL_WORKERS)
-    def test_requests_waiting_on_dirty_tasks_complete(self, gunicorn, kind: str) -> None:  # type: ignore[no-untyped-def]
+    def test_requests_waiting_on_dirty_tasks_complete(self, gunicorn, tmp_path: Path, kind: str) -> None:  # type: ignore[no-untyped-def]
         """SIGTERM with two requests waiting on 2 s dirty tasks: both answered; the pool stops after the workers."""
-        server = gunicorn(kind, args=DIRTY, app=DIRTY_APP, env={"GRACEFUL_SHUTDOWN_DELAY": "0.5"})
+        server = gunicorn(
+            kind, args=dirty_options(tmp_path.name), app=DIRTY_APP, env={"GRACEFUL_SHUTDOWN_DELAY": "0.5"}
+        )
         wait_dirty_ready(server)
         with ThreadPoolExecutor(2) as pool:
             calls = [pool.submit(get, server, "/dirty?ms=2000") for _ in range(2)]
@@ -85,9 +96,9 @@ class TestDirtyPool:
         dirty_exit = next(i for i, line in enumerate(lines) if re.search(r"Dirty arbiter \(pid:\d+\) exited", line))
         assert dirty_exit > last_worker, "\n".join(lines)
 
-    def test_hup_does_not_fail_dirty_calls_in_flight(self, gunicorn) -> None:  # type: ignore[no-untyped-def]
+    def test_hup_does_not_fail_dirty_calls_in_flight(self, gunicorn, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
         """HUP while requests wait on 1.5 s dirty tasks: the dirty pool reloads, and both calls are answered."""
-        server = gunicorn("gthread", args=DIRTY, app=DIRTY_APP)
+        server = gunicorn("gthread", args=dirty_options(tmp_path.name), app=DIRTY_APP)
         wait_dirty_ready(server)
         with ThreadPoolExecutor(2) as pool:
             calls = [pool.submit(get, server, "/dirty?ms=1500") for _ in range(2)]
@@ -98,9 +109,11 @@ class TestDirtyPool:
         server.term()
         assert server.exit_code() == 0
 
-    def test_a_second_term_leaves_no_dirty_process(self, gunicorn) -> None:  # type: ignore[no-untyped-def]
+    def test_a_second_term_leaves_no_dirty_process(self, gunicorn, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
         """A second SIGTERM exits 1 at once and kills the dirty arbiter and its workers with the master."""
-        server = gunicorn("gthread", args=DIRTY, app=DIRTY_APP, env={"GRACEFUL_SHUTDOWN_DELAY": "5"})
+        server = gunicorn(
+            "gthread", args=dirty_options(tmp_path.name), app=DIRTY_APP, env={"GRACEFUL_SHUTDOWN_DELAY": "5"}
+        )
         wait_dirty_ready(server)
         dirty = dirty_pids(server)
         assert len(dirty) >= 2  # the arbiter and its worker
