@@ -78,14 +78,14 @@ class MasterShutdown:
     never re-created on HUP, even when the config file is re-executed.
     """
 
-    def __init__(
-        self, arbiter: Arbiter, lifecycle: Lifecycle, exit: Callable[[int], NoReturn] = exit_process
-    ) -> None:
+    def __init__(self, arbiter: Arbiter, lifecycle: Lifecycle, exit: Callable[[int], NoReturn] = exit_process) -> None:
         self.arbiter = arbiter
         # How a second signal ends the process (os._exit after flushing; a test's stand-in raises).
         self._exit = exit
         self.lifecycle = lifecycle
         self.shared = SharedState()
+        # The adaptive delay ends on the server's quiet: every worker's arrivals.
+        lifecycle.last_arrival = self.shared.arrivals.last
         self.phase = _Phase.SERVING
         self._trap: SignalTrap | None = None
         self._quick = False
@@ -287,4 +287,3 @@ class MasterShutdown:
             logger.exception("graceful: could not build the shutdown record")
         finally:
             self.shared.parts.remove()
-

@@ -89,6 +89,8 @@ class WorkerShutdown:
         self.lifecycle = lifecycle
         self.shared = shared
         lifecycle.reinit_after_fork()
+        # Arrivals during the shutdown go on the server's board too: the master's adaptive delay reads it.
+        lifecycle.stats.publish_arrivals(shared.arrivals.slot)
         # The master's reaction to signals (broadcasts, systemd) came along in the fork copy.
         lifecycle.unsubscribe(master_listener)
         lifecycle.run_pre_shutdown_hooks = False
@@ -227,6 +229,7 @@ class WorkerShutdown:
         if stop.server_stop:
             lifecycle.drain_and_clean_up(drain_timeout=remaining)
             return
+
         def drained(done: bool) -> None:
             if done:  # else the lifecycle warned of the requests it abandoned
                 figures = lifecycle.stats.drain
