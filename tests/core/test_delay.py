@@ -34,7 +34,7 @@ def scripted(clock: FakeClock, arrivals: Sequence[float]) -> Callable[[], float 
 
 def every(step: float, until: float, start: float = 0.0) -> list[float]:
     """Arrival times (s after T0) every ``step`` from ``start`` up to ``until``."""
-    count = int(round((until - start) / step))
+    count = round((until - start) / step)
     return [start + i * step for i in range(count + 1)]
 
 
@@ -156,7 +156,8 @@ class TestDescribe:
         """The record's phrase for a delay that reached its maximum with traffic arriving."""
         outcome = DelayOutcome(DelayEnd.MAXIMUM, 30, 29.8, 1.0, 1.0, 30)
         assert outcome.describe() == (
-            "the 30 s maximum reached with traffic still arriving, the last at 29.8 s: a load balancer still routes here"
+            "the 30 s maximum reached with traffic still arriving, the last at 29.8 s:"
+            " a load balancer still routes here"
         )
 
     def test_quiet_without_arrivals_and_fixed_texts(self) -> None:
