@@ -17,24 +17,17 @@ killed by its pid; the Processes fixture kills the model's process group.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import shutil
-import signal
-import subprocess
-import sys
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.conftest import LIVE, Processes
+from tests.conftest import Processes
+from tests.netns import missing, network_namespace, run_model
 
 pytestmark = [pytest.mark.e2e, pytest.mark.gunicorn, pytest.mark.load]
 
-#: The model's own bound is 120 s; this one only catches a hung model.
-RUN_TIMEOUT = 180.0
 #: The adaptive delay's settings under test (GRACEFUL_SHUTDOWN_DELAY_MIN, GRACEFUL_SHUTDOWN_DELAY).
 FLOOR, MAXIMUM = 1.0, 30.0
 #: Exit after SIGTERM (s) beyond the delay: the drain (nothing slow in flight), Gunicorn's stop, the exit;
@@ -46,42 +39,23 @@ SLOW_BALANCER = ["--lag", "8:10"]
 LIGHT_TRAFFIC = ["--clients", "2", "--pause", "1.5:3", "--reuse", "1:1"]
 
 
-def missing() -> str | None:
-    """Why the model cannot run here, or None."""
-    if not sys.platform.startswith("linux"):
-        return "network namespaces are Linux's"
-    if os.geteuid() != 0:
-        return "needs root (ip netns, iptables)"
-    for tool, package in (("ip", "iproute2"), ("iptables-restore", "iptables")):
-        if shutil.which(tool) is None:
-            return f"{tool} not found: apt-get install {package}"
-    return None
-
-
 @pytest.fixture
 def netns() -> Iterator[str]:
-    """A network namespace of this test's own with its loopback up; removed (and what runs in it killed) after."""
+    """A network namespace of this test's own; removed (and what runs in it killed) after."""
     reason = missing()
-    if reason is not None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"the kube-proxy model cannot run: {reason} (.ci/run installs iptables and iproute2)")
-        pytest.skip(reason)
-    name = f"graceful-kp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    made = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True, timeout=30)
-    if made.returncode != 0:
-        reason = f"ip netns add failed: {made.stderr.strip()}"
-        if os.environ.get("CI") == "true":
-            pytest.fail(reason)
-        pytest.skip(reason)
-    try:
-        subprocess.run(["ip", "netns", "exec", name, "ip", "link", "set", "lo", "up"], check=True, timeout=30)
-        yield name
-    finally:
-        listed = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True, timeout=30)
-        for pid in listed.stdout.split():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(int(pid), signal.SIGKILL)
-        subprocess.run(["ip", "netns", "del", name], check=False, timeout=30)
+    with contextlib.ExitStack() as stack:
+        name = None
+        if reason is None:
+            try:
+                name = stack.enter_context(network_namespace())
+            except OSError as exc:  # only the namespace's making: the test's own errors are not caught here
+                reason = str(exc)
+        if name is not None:
+            yield name
+            return
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"the kube-proxy model cannot run: {reason} (.ci/run installs iptables and iproute2)")
+    pytest.skip(str(reason))
 
 
 @pytest.fixture(scope="module")
@@ -110,15 +84,10 @@ def figures(request: pytest.FixtureRequest) -> Iterator[list[tuple[str, dict[str
 
 def model(processes: Processes, netns: str, *args: str) -> dict[str, Any]:
     """Run the model in ``netns`` with ``args``; its JSON figures (fails with its output if it fails)."""
-    argv = ["ip", "netns", "exec", netns, sys.executable, str(LIVE / "kubeproxy_model.py"), *args]
-    proc = processes.start(argv)
     try:
-        out, _ = proc.communicate(timeout=RUN_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"the kube-proxy model did not finish within {RUN_TIMEOUT:g}s")
-    lines = out.strip().splitlines()
-    assert proc.returncode == 0 and lines, f"the model failed ({proc.returncode}):\n{out[-4000:]}"
-    result: dict[str, Any] = json.loads(lines[-1])
+        result = run_model(processes.start, netns, list(args))
+    except RuntimeError as exc:
+        pytest.fail(str(exc))
     assert result["requests"] > 0, "no request was sent: the run measured nothing"
     assert all(p["exit_s"] is not None for p in result["pods"]), f"an old pod never exited: {result}"
     return result
