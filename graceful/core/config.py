@@ -211,19 +211,26 @@ class Config:
         self.check_budget()
 
     def _check_delay(self) -> None:
-        """The adaptive delay's settings must agree with each other."""
+        """The adaptive delay's settings must agree with each other (see :meth:`delay_problem`)."""
+        problem = self.delay_problem()
+        if problem is not None:
+            raise ConfigError(problem[1])
+
+    def delay_problem(self) -> tuple[str, str] | None:
+        """The variable and the message when the adaptive delay's settings disagree, else None."""
         floor, maximum = self.shutdown_delay_min, self.shutdown_delay
         if floor is not None and floor > maximum:
-            raise ConfigError(
+            return env_name("shutdown_delay_min"), (
                 f"{env_name('shutdown_delay_min')}={floor:g} is not allowed: expected at most"
                 f" {env_name('shutdown_delay')} ({maximum:g}), the adaptive delay's maximum"
             )
         if self.quiet_period is not None and floor is None:
-            raise ConfigError(
+            return env_name("quiet_period"), (
                 f"{env_name('quiet_period')}={self.quiet_period:g} is not allowed without"
                 f" {env_name('shutdown_delay_min')}: the quiet period ends only the adaptive delay"
                 " (set the floor, or unset the quiet period)"
             )
+        return None
 
     @property
     def adaptive_delay(self) -> bool:
