@@ -17,13 +17,18 @@ killed by its pid; the Processes fixture kills the model's process group.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import signal
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.conftest import Processes
+from tests.e2e_harness import Gunicorn, free_port, http_get
 from tests.netns import missing, network_namespace, run_model
 
 pytestmark = [pytest.mark.e2e, pytest.mark.gunicorn, pytest.mark.load]
@@ -162,3 +167,40 @@ class TestLightTraffic:
         assert run["requests"] <= 2 * 60, run  # bounded: 2 clients, at most one request each 1.5 s, for < 90 s
         for pod in run["pods"]:
             assert FLOOR <= pod["exit_s"] <= MAXIMUM + STOP_SLACK, run
+
+
+class TestServerWide:
+    def test_the_master_ends_the_delay_on_every_workers_arrivals(self, processes: Processes, tmp_path: Path) -> None:
+        """Four sync workers serve during the delay; the master's delay ends on their quiet, at their last arrival.
+
+        The shutdown record's delay names the last arrival any worker saw (the
+        arrival board), and ends about a quiet period later, far before the maximum.
+        """
+        record_file = tmp_path / "record.json"
+        settings = {
+            "GRACEFUL_SHUTDOWN_DELAY": "20",
+            "GRACEFUL_SHUTDOWN_DELAY_MIN": "0.5",
+            "GRACEFUL_GRACE_PERIOD": "45",
+            "GRACEFUL_REPORT_FILE": str(record_file),
+            "GRACEFUL_TERMINATION_LOG": "",
+        }
+        server = Gunicorn(processes, free_port(), "sync", graceful=True, env=settings).start()
+        server.wait_ready()
+        assert server.proc is not None
+        server.proc.send_signal(signal.SIGTERM)
+        until = time.monotonic() + 2.0
+        sent = 0
+        while time.monotonic() < until and sent < 2000:  # 2 s of requests during the delay, bounded
+            status, _, _ = http_get(server.port, "/fast")
+            assert status == 200
+            sent += 1
+        assert server.proc.wait(30) == 0
+        record = json.loads(record_file.read_text())
+        delay = record["delay"]
+        workers = [p for p in record["parts"] if p["role"] == "worker" and p["requests"]["last_arrival_s"] is not None]
+        assert len(workers) >= 2, f"the requests reached fewer than two workers: {record['parts']}"
+        latest = max(p["requests"]["last_arrival_s"] for p in workers)
+        assert delay["end"] == "quiet", delay
+        assert delay["last_arrival_s"] == pytest.approx(latest, abs=0.01), delay
+        assert delay["last_arrival_s"] >= 1.5, delay  # requests went on for 2 s after SIGTERM
+        assert latest + 1.0 <= delay["ended_s"] < 10, delay  # the quiet after the last arrival, not the maximum
