@@ -531,8 +531,8 @@ class Lifecycle(Registrations):
         late = self.stats.late_traffic()
         if late is None:
             return
-        if self.delay_outcome is not None and self.delay_outcome.end is DelayEnd.QUIET:
-            return  # the adaptive delay ended on quiet: traffic had stopped, a longer delay would change nothing
+        if self._delay_ended_on_quiet():
+            return  # traffic had stopped: a longer delay would have changed nothing
         logger.warning(
             "graceful: %d request(s) arrived in the last tenth of the %gs shutdown delay (from %.3fs after"
             " ShutdownInitiated; the last at %.3fs): the delay looks too short for the load balancers to stop"
@@ -543,6 +543,19 @@ class Lifecycle(Registrations):
             late.last_arrival,
             extra=self.log_fields("late_traffic"),
         )
+
+    def _delay_ended_on_quiet(self) -> bool:
+        """Whether an adaptive delay ended on quiet, in the process that ran it or one that saw it end.
+
+        A Gunicorn worker did not run the delay (the master did): it ended on
+        quiet when NotAcceptingNewRequests came before the maximum.
+        """
+        if self.delay_outcome is not None:
+            return self.delay_outcome.end is DelayEnd.QUIET
+        t0, ended = self.shutdown_initiated.fired_at, self.not_accepting_new_requests.fired_at
+        if not self.config.adaptive_delay or t0 is None or ended is None:
+            return False
+        return ended - t0 < self.config.shutdown_delay
 
     # -- start-up and fork -------------------------------------------------------
 

@@ -592,3 +592,30 @@ class TestAdaptiveDelay:
             lc.run_until_not_accepting()
         assert lc.delay_outcome is not None and lc.delay_outcome.end.value == "maximum"
         assert "raise GRACEFUL_SHUTDOWN_DELAY" in caplog.text
+
+    def test_a_worker_sees_a_quiet_end_before_the_maximum(self, caplog: pytest.LogCaptureFixture) -> None:
+        """A process that did not run the delay (a Gunicorn worker) gives no advice when it ended before the maximum."""
+        clock = FakeClock(settle=0.002)
+        lc = Lifecycle(Config(shutdown_delay=2, shutdown_delay_min=1.95, grace_period=50), clock=clock)
+        lc.run_pre_shutdown_hooks = False
+        lc.shutdown_initiated.fire()  # the master's broadcast
+        clock.advance(1.9)
+        lc.stats.arrived(False)  # in the last tenth of the 2 s maximum
+        clock.advance(0.05)
+        with caplog.at_level(logging.WARNING, logger="graceful.core.lifecycle"):
+            lc.not_accepting_new_requests.fire()  # 1.95 s: before the maximum, so on quiet
+        assert lc.stats.late_traffic() is not None
+        assert "too short" not in caplog.text
+
+    def test_a_worker_still_advises_after_the_maximum(self, caplog: pytest.LogCaptureFixture) -> None:
+        """NotAcceptingNewRequests at the maximum with late arrivals: the worker advises a longer maximum."""
+        clock = FakeClock(settle=0.002)
+        lc = Lifecycle(Config(shutdown_delay=2, shutdown_delay_min=1, grace_period=50), clock=clock)
+        lc.run_pre_shutdown_hooks = False
+        lc.shutdown_initiated.fire()
+        clock.advance(1.9)
+        lc.stats.arrived(False)
+        clock.advance(0.1)
+        with caplog.at_level(logging.WARNING, logger="graceful.core.lifecycle"):
+            lc.not_accepting_new_requests.fire()
+        assert "raise GRACEFUL_SHUTDOWN_DELAY" in caplog.text
