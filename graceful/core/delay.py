@@ -158,10 +158,14 @@ class AdaptiveDelay:
         self.longest_gap = max(self.longest_gap, last_arrival - previous)
         self.last_arrival = last_arrival
 
+    def _quiet_end(self) -> float:
+        """When the floor and the quiet period are both over (monotonic s), unless something arrives first."""
+        quiet_from = self.t0 if self.last_arrival is None else self.last_arrival
+        return max(self.t0 + self.floor, quiet_from + self.quiet_period)
+
     def end_at(self) -> float:
         """When the delay ends (monotonic s) unless something arrives first."""
-        quiet_from = self.t0 if self.last_arrival is None else self.last_arrival
-        return min(self.t0 + self.maximum, max(self.t0 + self.floor, quiet_from + self.quiet_period))
+        return min(self.t0 + self.maximum, self._quiet_end())
 
     def next_wait(self, now: float) -> float | None:
         """Seconds to wait before looking again, or None: the delay is over at ``now``."""
@@ -172,8 +176,8 @@ class AdaptiveDelay:
 
     def outcome(self, now: float) -> DelayOutcome:
         """Why the delay ended at ``now``."""
-        quiet_from = self.t0 if self.last_arrival is None else self.last_arrival
-        quiet = now - quiet_from >= self.quiet_period and now - self.t0 >= self.floor
+        # Compared as the end was computed (no subtraction): a quiet that ends exactly at the maximum is a quiet end.
+        quiet = self._quiet_end() <= self.t0 + self.maximum
         return DelayOutcome(
             end=DelayEnd.QUIET if quiet else DelayEnd.MAXIMUM,
             ended_at=now - self.t0,

@@ -6,6 +6,8 @@ import bisect
 from collections.abc import Callable, Sequence
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from graceful.core.delay import (
     POLL_INTERVAL,
@@ -177,3 +179,37 @@ class TestDescribe:
             2.7,
             "quiet for 1.0 s after the last arrival at 1.7 s",
         )
+
+
+class TestProperties:
+    @given(
+        arrivals=st.lists(st.floats(0, 40, allow_nan=False), max_size=60),
+        floor=st.floats(0, 10, allow_nan=False),
+        extra=st.floats(0, 20, allow_nan=False),
+        quiet=st.one_of(st.none(), st.floats(0.01, 5, allow_nan=False)),
+    )
+    def test_the_end_keeps_its_bounds_and_its_reason(
+        self, arrivals: list[float], floor: float, extra: float, quiet: float | None
+    ) -> None:
+        """Whatever arrives: the delay ends within [floor, maximum], and a quiet end had no arrival for its quiet."""
+        maximum = floor + extra
+        clock = FakeClock(start=T0)
+        last = scripted(clock, arrivals)
+        policy = AdaptiveDelay(T0, floor, maximum, quiet)
+        for _ in range(10_000):  # the loop of run_delay, with the fake time moved by hand
+            policy.observe(last())
+            wait = policy.next_wait(clock.now())
+            if wait is None:
+                break
+            assert 0 < wait <= POLL_INTERVAL
+            clock.advance(wait)
+        else:
+            pytest.fail("the delay never ended")
+        outcome = policy.outcome(clock.now())
+        assert floor - 1e-9 <= outcome.ended_at <= maximum + 1e-9
+        if outcome.end is DelayEnd.QUIET:
+            assert outcome.quiet_period is not None
+            since = [a for a in arrivals if a <= outcome.ended_at]
+            assert not since or outcome.ended_at - max(since) >= outcome.quiet_period - 1e-9
+        else:
+            assert outcome.ended_at == pytest.approx(maximum)
