@@ -6,7 +6,9 @@ Gunicorn "pods" behind a DNAT'd Service address, clients through it, a rolling
 update with maxSurge 1, each old pod's endpoint removed a lag after its
 SIGTERM. Plain Gunicorn, graceful's fixed 5 s delay and the adaptive delay
 (floor 1 s, the derived quiet period, a 30 s maximum) side by side; the
-figures are printed at the end of the run.
+figures are printed at the end of the run. The fixed delay runs only where it
+fails (a slow balancer): with fast propagation it is bench/adaptive_delay.py's
+(0 errors, every pod 5 s and more), to keep this module near a minute.
 
 It needs root, ``ip`` (iproute2) and ``iptables-restore`` (iptables): elsewhere
 the tests are skipped with the reason, and under ``CI=true`` they fail (CI
@@ -111,15 +113,6 @@ class TestFastPropagation:
         assert [p["exit_code"] for p in run["pods"]] == [0, 0, 0], run
         assert all(p["exit_s"] >= FLOOR for p in run["pods"]), run
         assert run["exit_median_s"] <= 4.0, run
-
-    def test_fixed_delay_loses_nothing_but_stays_its_delay(
-        self, processes: Processes, netns: str, figures: list[tuple[str, dict[str, Any]]]
-    ) -> None:
-        """The fixed 5 s delay: 0 errors, and every old pod stays at least 5 s."""
-        run = model(processes, netns, *FIXED)
-        figures.append(("fast, fixed 5 s", run))
-        assert run["errors"] == {}, run
-        assert all(p["exit_s"] >= 5.0 for p in run["pods"]), run
 
     @pytest.mark.plain
     def test_plain_gunicorn(self, processes: Processes, netns: str, figures: list[tuple[str, dict[str, Any]]]) -> None:
