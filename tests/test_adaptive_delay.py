@@ -164,7 +164,7 @@ class TestLightTraffic:
 
 class TestServerWide:
     def test_the_master_ends_the_delay_on_every_workers_arrivals(self, processes: Processes, tmp_path: Path) -> None:
-        """Four sync workers serve during the delay; the master's delay ends on their quiet, at their last arrival.
+        """Four sync workers serve during the delay; the master's delay ends on their quiet, after their last arrival.
 
         The shutdown record's delay names the last arrival any worker saw (the
         arrival board), and ends about a quiet period later, far before the maximum.
@@ -173,6 +173,8 @@ class TestServerWide:
         settings = {
             "GRACEFUL_SHUTDOWN_DELAY": "20",
             "GRACEFUL_SHUTDOWN_DELAY_MIN": "0.5",
+            # Set, not derived: on a loaded 2-core machine one request may stall past a derived 1 s.
+            "GRACEFUL_QUIET_PERIOD": "3",
             "GRACEFUL_GRACE_PERIOD": "45",
             "GRACEFUL_REPORT_FILE": str(record_file),
             "GRACEFUL_TERMINATION_LOG": "",
@@ -181,6 +183,10 @@ class TestServerWide:
         server.wait_ready()
         assert server.proc is not None
         server.proc.send_signal(signal.SIGTERM)
+        # The delay starts when the master acts on the TERM (its ShutdownInitiated): /readyz fails from then.
+        deadline = time.monotonic() + 20
+        while http_get(server.port, "/readyz")[0] != 503:
+            assert time.monotonic() < deadline, "/readyz never failed after SIGTERM"
         until = time.monotonic() + 2.0
         sent = 0
         while time.monotonic() < until and sent < 2000:  # 2 s of requests during the delay, bounded
@@ -195,5 +201,5 @@ class TestServerWide:
         latest = max(p["requests"]["last_arrival_s"] for p in workers)
         assert delay["end"] == "quiet", delay
         assert delay["last_arrival_s"] == pytest.approx(latest, abs=0.01), delay
-        assert delay["last_arrival_s"] >= 1.5, delay  # requests went on for 2 s after SIGTERM
-        assert latest + 1.0 <= delay["ended_s"] < 10, delay  # the quiet after the last arrival, not the maximum
+        assert delay["last_arrival_s"] >= 1.5, delay  # requests went on for 2 s after ShutdownInitiated
+        assert latest + 3.0 <= delay["ended_s"] < 15, delay  # the quiet after the last arrival, not the maximum
