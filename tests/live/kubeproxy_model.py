@@ -43,6 +43,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -76,19 +77,20 @@ class Pod:
         argv += ["--threads", "8", "--log-level", "warning"]
         if _gunicorn_supports("control_socket_disable"):
             argv.append("--no-control-socket")
+        # Its log goes to a file, not a pipe nobody reads while it serves (a full pipe would stop it).
+        self.log = tempfile.TemporaryFile()  # noqa: SIM115 (closed with the process, at exit)
         self.proc = subprocess.Popen(
-            [*argv, "load_app:app"], env=clean_env(env), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+            [*argv, "load_app:app"], env=clean_env(env), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=self.log
         )
         self.sigterm_at: float | None = None
         self.removed_at: float | None = None
         self.exited_at: float | None = None
-        self.stderr = b""
 
     def wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"pod {self.host} exited at start: {self.proc.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
+                raise RuntimeError(f"pod {self.host} exited at start: {self.log_tail()}")
             try:
                 conn = http.client.HTTPConnection(self.host, POD_PORT, timeout=1)
                 conn.request("GET", "/readyz")
@@ -101,6 +103,10 @@ class Pod:
             threading.Event().wait(0.05)
         raise RuntimeError(f"pod {self.host} not ready within {timeout:g}s")
 
+    def log_tail(self) -> str:
+        self.log.seek(0)
+        return self.log.read().decode(errors="replace")[-1500:]
+
     def terminate(self) -> None:
         self.sigterm_at = time.monotonic()
         self.proc.send_signal(signal.SIGTERM)
@@ -108,7 +114,7 @@ class Pod:
 
     def _wait_exit(self) -> None:
         try:
-            _, self.stderr = self.proc.communicate(timeout=RUN_LIMIT)
+            self.proc.wait(timeout=RUN_LIMIT)
         except subprocess.TimeoutExpired:
             return
         self.exited_at = time.monotonic()
@@ -283,7 +289,7 @@ def main() -> int:
                 "exit_s": since(pod.exited_at),
                 "last_request_s": since(max(served, default=None)),
                 "exit_code": pod.proc.returncode,
-                "log_tail": pod.stderr.decode(errors="replace")[-1500:] if pod.exited_at is None else "",
+                "log_tail": pod.log_tail() if pod.exited_at is None or pod.proc.returncode else "",
             }
         )
     exits = [p["exit_s"] for p in pods if p["exit_s"] is not None]
