@@ -262,6 +262,12 @@ class TestConfig:
         assert ext.lifecycle.config.shutdown_delay == 2.0
         assert ext.lifecycle.config.max_in_flight == 4
 
+    def test_adaptive_delay_from_app_config(self) -> None:
+        """GRACEFUL_SHUTDOWN_DELAY_MIN and GRACEFUL_QUIET_PERIOD in app.config make the delay adaptive."""
+        ext = Graceful(make_app(GRACEFUL_SHUTDOWN_DELAY_MIN=1, GRACEFUL_QUIET_PERIOD=0.5))
+        config = ext.lifecycle.config
+        assert (config.shutdown_delay_min, config.quiet_period, config.adaptive_delay) == (1.0, 0.5, True)
+
     def test_defaults(self) -> None:
         """Without settings the lifecycle has the default config."""
         assert Graceful(make_app()).lifecycle.config == Config()

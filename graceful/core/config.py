@@ -52,8 +52,14 @@ class _Rule:
     kind: type
     minimum: float = 0.0
     strictly_positive: bool = False
+    # None (unset) is allowed: given as None or as an empty string.
+    optional: bool = False
 
     def allowed(self) -> str:
+        text = self._allowed()
+        return f"{text}, or empty (unset)" if self.optional else text
+
+    def _allowed(self) -> str:
         if self.kind is HealthAddress:
             return _ADDRESSES
         if self.kind is bool:
@@ -67,6 +73,8 @@ class _Rule:
 
 _RULES: dict[str, _Rule] = {
     "shutdown_delay": _Rule(float),
+    "shutdown_delay_min": _Rule(float, optional=True),
+    "quiet_period": _Rule(float, strictly_positive=True, optional=True),
     "drain_timeout": _Rule(float),
     "hook_timeout": _Rule(float, strictly_positive=True),
     "send_retry_after": _Rule(bool),
@@ -101,6 +109,8 @@ def _parse_path(source: str, raw: object, rule: _Rule) -> str:
 
 def _parse(source: str, raw: object, rule: _Rule) -> Any:
     """Turn a raw value (string from the environment, or a Python value) into a checked one."""
+    if rule.optional and (raw is None or (isinstance(raw, str) and not raw.strip())):
+        return None
     if rule.kind is str:
         return _parse_path(source, raw, rule)
     if rule.kind is HealthAddress:
@@ -143,6 +153,13 @@ class Config:
 
     ``shutdown_delay``: keep serving this long after SIGTERM while ``/readyz``
     fails, so load balancers and kube-proxy stop routing here first.
+    With ``shutdown_delay_min`` set it is the adaptive delay's maximum.
+    ``shutdown_delay_min``: the adaptive delay's floor (None, the default:
+    the delay is fixed at ``shutdown_delay``). The delay then ends once the
+    floor has passed and nothing arrived for ``quiet_period``, at the latest
+    at ``shutdown_delay`` (:mod:`graceful.core.delay`).
+    ``quiet_period``: the adaptive delay's quiet period (None, the default:
+    derived from the traffic, :mod:`graceful.core.delay`); needs the floor.
     ``drain_timeout``: bound on waiting for in-flight requests.
     ``hook_timeout``: default bound on each pre-shutdown hook and cleanup task.
     ``send_retry_after``: after the delay keep listening and answer new requests
@@ -172,6 +189,8 @@ class Config:
     """
 
     shutdown_delay: float = 5.0
+    shutdown_delay_min: float | None = None
+    quiet_period: float | None = None
     drain_timeout: float = 15.0
     hook_timeout: float = 5.0
     send_retry_after: bool = False
@@ -188,7 +207,35 @@ class Config:
         for field in dataclasses.fields(self):
             value = _parse(field.name, getattr(self, field.name), _RULES[field.name])
             object.__setattr__(self, field.name, value)
+        self._check_delay()
         self.check_budget()
+
+    def _check_delay(self) -> None:
+        """The adaptive delay's settings must agree with each other (see :meth:`delay_problem`)."""
+        problem = self.delay_problem()
+        if problem is not None:
+            raise ConfigError(problem[1])
+
+    def delay_problem(self) -> tuple[str, str] | None:
+        """The variable and the message when the adaptive delay's settings disagree, else None."""
+        floor, maximum = self.shutdown_delay_min, self.shutdown_delay
+        if floor is not None and floor > maximum:
+            return env_name("shutdown_delay_min"), (
+                f"{env_name('shutdown_delay_min')}={floor:g} is not allowed: expected at most"
+                f" {env_name('shutdown_delay')} ({maximum:g}), the adaptive delay's maximum"
+            )
+        if self.quiet_period is not None and floor is None:
+            return env_name("quiet_period"), (
+                f"{env_name('quiet_period')}={self.quiet_period:g} is not allowed without"
+                f" {env_name('shutdown_delay_min')}: the quiet period ends only the adaptive delay"
+                " (set the floor, or unset the quiet period)"
+            )
+        return None
+
+    @property
+    def adaptive_delay(self) -> bool:
+        """True when the delay is adaptive (``shutdown_delay_min`` set)."""
+        return self.shutdown_delay_min is not None
 
     @classmethod
     def load(

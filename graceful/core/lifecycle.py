@@ -5,7 +5,11 @@
                                responses get "Connection: close",
                                pre-shutdown hooks all start at once.
     T0+delay: AfterShutdownDelayDuration
-                               shutdown_delay has passed (still serving).
+                               shutdown_delay has passed (still serving);
+                               adaptive (shutdown_delay_min set): the floor
+                               has passed and nothing arrived for the quiet
+                               period, or the maximum (shutdown_delay) came
+                               (graceful.core.delay).
     T0+h: PreShutdownHooksStopped
                                every pre-shutdown hook finished, failed or
                                timed out (h <= longest hook timeout).
@@ -67,6 +71,7 @@ from graceful.core.admission import AdmissionLimit
 from graceful.core.budget import Budget
 from graceful.core.clock import Clock, MonotonicClock
 from graceful.core.config import Config, ConfigError
+from graceful.core.delay import DelayEnd, DelayOutcome, run_delay
 from graceful.core.hooks import HookBatch, HookResult, ShutdownReport
 from graceful.core.logfields import log_fields
 from graceful.core.registry import CLEANUP_TASK, POST_START_HOOK, PRE_SHUTDOWN_HOOK, Registrations, Registry
@@ -130,6 +135,11 @@ class Lifecycle(Registrations):
         self.report = ShutdownReport()
         #: This process's request statistics (see :mod:`graceful.core.stats`).
         self.stats = RequestStats(self.clock)
+        #: The latest arrival's monotonic time (None: none yet), read by the adaptive delay: this
+        #: process's own; a Gunicorn master reads its workers' arrival board instead.
+        self.last_arrival: Callable[[], float | None] = lambda: self.stats.last_arrival_at
+        #: How the shutdown delay ended, once it has (in the process that runs it).
+        self.delay_outcome: DelayOutcome | None = None
         #: False in a process that serves no requests (a Gunicorn master): no samples taken.
         self.serves_requests = True
         self._sampler: Sampler | None = None
@@ -176,14 +186,36 @@ class Lifecycle(Registrations):
         self._timeline_running = True
         # Stop reporting ready; start the pre-shutdown hooks, alongside the delay.
         self.initiate_shutdown()
-        # Keep serving while load balancers notice /readyz failing.
-        self.clock.wait(threading.Event(), self.config.shutdown_delay)
+        # Keep serving while load balancers notice /readyz failing: a fixed delay, or until quiet.
+        self._run_delay()
         self.after_shutdown_delay.fire()
         # Do not stop accepting before every pre-shutdown hook is done.
         assert self._pre_batch is not None
         self.report = self._pre_batch.wait() + self.report
         self.pre_shutdown_hooks_stopped.fire()
         self.stop_accepting()
+
+    def _run_delay(self) -> None:
+        """Wait out the shutdown delay (fixed, or adaptive: :mod:`graceful.core.delay`) and log how it ended."""
+        config = self.config
+        t0 = self.shutdown_initiated.fired_at
+        assert t0 is not None
+        outcome = run_delay(
+            self.clock,
+            t0,
+            config.shutdown_delay,
+            self.last_arrival,
+            floor=config.shutdown_delay_min,
+            quiet_period=config.quiet_period,
+        )
+        self.delay_outcome = outcome
+        if outcome.end is not DelayEnd.FIXED:
+            logger.info(
+                "graceful: the shutdown delay ended after %.3fs: %s",
+                outcome.ended_at,
+                outcome.describe(),
+                extra=self.log_fields("delay_ended"),
+            )
 
     def initiate_shutdown(self) -> None:
         """Fire ShutdownInitiated and start the pre-shutdown hooks (if this lifecycle runs them)."""
@@ -499,6 +531,8 @@ class Lifecycle(Registrations):
         late = self.stats.late_traffic()
         if late is None:
             return
+        if self._delay_ended_on_quiet():
+            return  # traffic had stopped: a longer delay would have changed nothing
         logger.warning(
             "graceful: %d request(s) arrived in the last tenth of the %gs shutdown delay (from %.3fs after"
             " ShutdownInitiated; the last at %.3fs): the delay looks too short for the load balancers to stop"
@@ -509,6 +543,19 @@ class Lifecycle(Registrations):
             late.last_arrival,
             extra=self.log_fields("late_traffic"),
         )
+
+    def _delay_ended_on_quiet(self) -> bool:
+        """Whether an adaptive delay ended on quiet, in the process that ran it or one that saw it end.
+
+        A Gunicorn worker did not run the delay (the master did): it ended on
+        quiet when NotAcceptingNewRequests came before the maximum.
+        """
+        if self.delay_outcome is not None:
+            return self.delay_outcome.end is DelayEnd.QUIET
+        t0, ended = self.shutdown_initiated.fired_at, self.not_accepting_new_requests.fired_at
+        if not self.config.adaptive_delay or t0 is None or ended is None:
+            return False
+        return ended - t0 < self.config.shutdown_delay
 
     # -- start-up and fork -------------------------------------------------------
 
@@ -546,6 +593,7 @@ class Lifecycle(Registrations):
         self._pre_batch = self._cleanup_batch = self._post_start_batch = None
         self._tail_done = threading.Event()
         self.report = ShutdownReport()
+        self.delay_outcome = None
         # The child counts and samples its own requests (a Gunicorn master's serve none).
         self.stats = RequestStats(self.clock)
         self.serves_requests = True

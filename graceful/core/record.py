@@ -22,6 +22,9 @@ The record (format 1)::
                 late_from_s, last_arrival_s, rejected {shutting_down, draining, max_in_flight}
     samples     {interval_s, t_s, in_flight, arrived, rejected, truncated}: every process
                 summed, every interval_s
+    delay       how the shutdown delay ended: {end (fixed, quiet, maximum), ended_s,
+                last_arrival_s, quiet_period_s, floor_s, maximum_s, text}; null or absent
+                in a record of a server that never ran it (graceful.core.delay)
     parts       [{pid, role, ..., each process's own signals, hooks, requests, samples}]
 
 :meth:`ShutdownRecord.from_json` reads one back and refuses anything else
@@ -39,6 +42,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from graceful.core.clock import unix_time
+from graceful.core.delay import DelayEnd, DelayOutcome
 from graceful.core.registry import CLEANUP_TASK, PRE_SHUTDOWN_HOOK
 from graceful.core.stats import LATE_SHARE, PHASE_DELAY, PHASE_DRAINING, PHASES, REASONS, SAMPLE_INTERVAL
 
@@ -428,6 +432,8 @@ class ShutdownRecord:
     requests: RequestFigures
     samples: SampleSeries
     parts: tuple[ProcessPart, ...]
+    #: How the shutdown delay ended (None: unknown, e.g. a record written before it was kept).
+    delay: DelayOutcome | None = None
 
     @property
     def ok(self) -> bool:
@@ -440,8 +446,12 @@ class ShutdownRecord:
         workers = sum(1 for p in self.parts if p.role == ROLE_WORKER)
         requests = self.requests
         drain = "" if requests.drain_seconds is None or not requests.drained else f" in {requests.drain_seconds:.1f} s"
+        outcome = self.delay
+        adaptive = outcome is not None and outcome.end is not DelayEnd.FIXED
         inside = [
-            f"delay {delay:g} s",
+            f"delay {outcome.ended_at:.1f} s of {delay:g} s at most: {outcome.describe()}"
+            if outcome is not None and adaptive
+            else f"delay {delay:g} s",
             _hooks_phrase([h for h in self.hooks if h.kind == PRE_SHUTDOWN_HOOK], "pre-shutdown hook"),
             f"drained {_plural(requests.drained, 'request')}{drain}, {requests.abandoned} abandoned",
             _hooks_phrase([h for h in self.hooks if h.kind == CLEANUP_TASK], "cleanup task")
@@ -459,7 +469,8 @@ class ShutdownRecord:
         rejected = [f"{count} {reason}" for reason, count in requests.rejected.items() if count]
         if rejected:
             text += f"; rejected: {', '.join(rejected)}"
-        if requests.late:
+        if requests.late and not (outcome is not None and outcome.end is DelayEnd.QUIET):
+            # After a quiet end a longer delay would have changed nothing: traffic had stopped.
             text += (
                 f"; {_plural(requests.late, 'request')} in the last tenth of the delay: it looks too short,"
                 " raise GRACEFUL_SHUTDOWN_DELAY"
@@ -484,6 +495,7 @@ class ShutdownRecord:
             "requests": self.requests.to_json(),
             "samples": self.samples.to_json(),
             "parts": [p.to_json() for p in self.parts],
+            "delay": None if self.delay is None else self.delay.to_json(),
         }
 
     @classmethod
@@ -508,6 +520,7 @@ class ShutdownRecord:
             requests=RequestFigures.from_json(top.child("requests")),
             samples=SampleSeries.from_json(top.child("samples")),
             parts=tuple(top.objects("parts", ProcessPart.from_json)),
+            delay=_delay_from_json(top),
         )
 
 
@@ -550,6 +563,15 @@ def record_of(lifecycle: Lifecycle, parts: Sequence[ProcessPart], version: str) 
             "send_retry_after": config.send_retry_after,
             "retry_after": config.retry_after,
             "max_in_flight": config.max_in_flight,
+            # The adaptive delay's settings, when it is on (unset ones are not values a record holds).
+            **{
+                name: value
+                for name, value in (
+                    ("shutdown_delay_min", config.shutdown_delay_min),
+                    ("quiet_period", config.quiet_period),
+                )
+                if value is not None
+            },
         },
         budget={
             **{field.name: getattr(budget, field.name) for field in dataclasses.fields(budget)},
@@ -563,12 +585,32 @@ def record_of(lifecycle: Lifecycle, parts: Sequence[ProcessPart], version: str) 
         requests=RequestFigures.total(p.requests for p in serving),
         samples=SampleSeries.total([p.samples for p in serving]),
         parts=tuple(shifted),
+        delay=lifecycle.delay_outcome,
     )
 
 
 # -- helpers ----------------------------------------------------------------------------
 
 _T = TypeVar("_T")
+
+
+def _delay_from_json(top: _Reader) -> DelayOutcome | None:
+    """The record's ``delay`` (None when absent or null); :class:`RecordError` for anything else."""
+    if "delay" not in top.names() or top.raw("delay") is None:
+        return None
+    data = top.child("delay")
+    end = data.text("end")
+    if end not in {e.value for e in DelayEnd}:
+        allowed = ", ".join(e.value for e in DelayEnd)
+        raise RecordError(f"{data.where('end')}: expected one of {allowed}, got {end!r}")
+    return DelayOutcome(
+        end=DelayEnd(end),
+        ended_at=data.seconds("ended_s", signed=False),
+        last_arrival=data.seconds("last_arrival_s", optional=True),
+        quiet_period=data.seconds("quiet_period_s", optional=True, signed=False),
+        floor=data.seconds("floor_s", optional=True, signed=False),
+        maximum=data.seconds("maximum_s", signed=False),
+    )
 
 
 def _seconds(value: float | None) -> float | None:

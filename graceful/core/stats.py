@@ -35,6 +35,7 @@ import itertools
 import threading
 import time
 from collections.abc import Callable, Iterable
+from typing import Protocol
 
 from graceful.core.clock import Clock, MonotonicClock
 
@@ -48,6 +49,7 @@ __all__ = [
     "REASON_MAX_IN_FLIGHT",
     "REASON_SHUTTING_DOWN",
     "SAMPLE_INTERVAL",
+    "ArrivalSlot",
     "CheckTally",
     "Counter",
     "DrainFigures",
@@ -75,6 +77,13 @@ PHASES = (PHASE_DELAY, PHASE_DRAINING)
 LATE_SHARE = 0.1
 #: Seconds between two samples.
 SAMPLE_INTERVAL = 0.05
+
+
+class ArrivalSlot(Protocol):
+    """Where an arrival's monotonic time is written: ``slot[0] = now`` (a list, or shared memory)."""
+
+    def __setitem__(self, index: int, value: float, /) -> None:
+        """Store ``value`` at ``index`` (only 0 is used)."""
 
 
 class Counter:
@@ -166,6 +175,9 @@ class RequestStats:
         self._late_from = float("inf")
         #: Monotonic time of the latest arrival after ShutdownInitiated (one of two at the same moment).
         self.last_arrival_at: float | None = None
+        # Where each arrival's time is also written: a Gunicorn worker's is the server's arrival board
+        # (graceful.gunicorn.shared.ArrivalBoard, read by the master's adaptive delay); else a list of one.
+        self._board: ArrivalSlot = [0.0]
         self._drain: DrainFigures | None = None
         self._checks: dict[tuple[str, str], list[int]] = {}  # [last ok, successes, errors]; guarded by _lock
 
@@ -181,12 +193,20 @@ class RequestStats:
         """A request arrived after ShutdownInitiated; ``stopped``: NotAcceptingNewRequests had fired."""
         now = self._now()
         self.last_arrival_at = now
+        self._board[0] = now
         if stopped:
             self._draining_add()
             return
         self._delay_add()
         if now >= self._late_from:
             self._late.add()
+
+    def publish_arrivals(self, board: ArrivalSlot) -> None:
+        """Also write each arrival's time into ``board[0]`` (a Gunicorn worker: the server's arrival board).
+
+        Call before requests are served (under Gunicorn: ``post_fork``, main thread).
+        """
+        self._board = board
 
     def rejected(self, reason: str) -> None:
         """A request was answered with a refusal for ``reason`` (one of :data:`REASONS`)."""

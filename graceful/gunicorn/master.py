@@ -84,6 +84,8 @@ class MasterShutdown:
         self._exit = exit
         self.lifecycle = lifecycle
         self.shared = SharedState()
+        # The adaptive delay ends on the server's quiet: every worker's arrivals.
+        lifecycle.last_arrival = self.shared.arrivals.last
         self.phase = _Phase.SERVING
         self._trap: SignalTrap | None = None
         self._quick = False

@@ -12,6 +12,11 @@ must close it; with listeners shared with another master (a USR2 successor,
 systemd, ``fd://``) they must stay open, and each worker stops accepting on
 its copies.
 
+Arrivals flow from the workers to the master through the
+:class:`ArrivalBoard`: the monotonic time of the latest request that reached
+any worker during the shutdown, which the master's adaptive delay reads
+(:mod:`graceful.core.delay`).
+
 One more fact flows from the master to the workers, why it stops them
 (:class:`graceful.gunicorn.stop_reason.StopReasonSlot`: one byte of shared
 memory, for the worker's log line).
@@ -39,6 +44,8 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
+import mmap
 import os
 import select
 import shutil
@@ -53,7 +60,7 @@ from graceful.core.record import ProcessPart
 from graceful.gunicorn.stop_reason import StopReasonSlot
 from graceful.process.termination import write_json_atomically
 
-__all__ = ["Broadcast", "DrainReports", "PartsDirectory", "SharedState", "WorkerFiles"]
+__all__ = ["ArrivalBoard", "Broadcast", "DrainReports", "PartsDirectory", "SharedState", "WorkerFiles"]
 
 logger = logging.getLogger(__name__)
 
@@ -95,6 +102,32 @@ class Broadcast:
         """True once fired; waits up to ``timeout`` seconds."""
         readable, _, _ = select.select([self._read], [], [], max(0.0, timeout))
         return bool(readable)
+
+
+class ArrivalBoard:
+    """The server's latest arrival: 8 bytes of anonymous shared memory, written by every worker.
+
+    Made by the master before the first fork. A worker's request statistics
+    write ``time.monotonic()`` of each request that arrives during the
+    shutdown into :attr:`slot` (``slot[0] = now``: one aligned 8-byte store,
+    no lock, no syscall on the request path); the master reads :meth:`last`.
+    Every process of a machine shares ``CLOCK_MONOTONIC``, so the times
+    compare with the master's. The last writer wins: two workers writing at
+    once may leave the older of two times a few microseconds apart, which
+    moves the start of the quiet by as much; the adaptive delay looks every
+    50 ms, so this never matters.
+    """
+
+    def __init__(self) -> None:
+        # Anonymous and MAP_SHARED (mmap's default): the forked workers share it; page-aligned.
+        self._memory = mmap.mmap(-1, mmap.PAGESIZE)
+        #: The one double every worker writes (``slot[0]``).
+        self.slot = memoryview(self._memory).cast("B").cast("d")[:1]
+
+    def last(self) -> float | None:
+        """Master, any thread: the monotonic time of the latest arrival written, None before the first."""
+        value = float(self.slot[0])
+        return value if math.isfinite(value) and value > 0 else None
 
 
 class DrainReports:
@@ -229,6 +262,8 @@ class SharedState:
         self.drained = DrainReports()
         #: Each worker's pid once it has stopped listening (after close_listeners).
         self.listeners_closed = DrainReports()
+        #: The latest request's arrival in any worker during the shutdown, for the adaptive delay.
+        self.arrivals = ArrivalBoard()
         #: Why the master stops the workers it stops next (reload, scale-in, upgrade).
         self.stop_reason = StopReasonSlot()
         #: Where workers leave files for the master: their parts of the shutdown record, their metrics.

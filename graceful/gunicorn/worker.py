@@ -91,6 +91,8 @@ class WorkerShutdown:
         self.lifecycle = lifecycle
         self.shared = shared
         lifecycle.reinit_after_fork()
+        # Arrivals during the shutdown go on the server's board too: the master's adaptive delay reads it.
+        lifecycle.stats.publish_arrivals(shared.arrivals.slot)
         # The master's reaction to signals (broadcasts, systemd) came along in the fork copy.
         lifecycle.unsubscribe(master_listener)
         lifecycle.run_pre_shutdown_hooks = False

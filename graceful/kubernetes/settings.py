@@ -35,6 +35,10 @@ class _UnbudgetedConfig(Config):
     ) -> None:
         """Skip the start-up budget check; :meth:`Settings.of` runs the real one, once."""
 
+    def _check_delay(self) -> None:
+        """Skip the check of the delay's settings against each other: one variable is read at a time;
+        :meth:`Settings.of` checks them together (:meth:`Config.delay_problem`)."""
+
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
@@ -74,6 +78,11 @@ class Settings:
             else:
                 accepted[name] = value
         unreadable.extend(container.env_from)
+        # The floor against the maximum, the quiet period against the floor: together, as graceful reads them.
+        # Refusing the floor can leave a quiet period without one: look again (each look drops a variable).
+        while (problem := _UnbudgetedConfig.load(accepted).delay_problem()) is not None:
+            refused.append(problem)
+            del accepted[problem[0]]
         try:
             Config.load(accepted)
         except ConfigError as exc:

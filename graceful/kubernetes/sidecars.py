@@ -11,13 +11,15 @@ Two kinds stop on different schedules (KEP-753, "Termination of containers"):
   injected ``PROXY_CONFIG`` / ``TERMINATION_DRAIN_DURATION_SECONDS``) says
   otherwise; plain Envoy exits on SIGTERM without draining.
 - a **native sidecar** is an init container with ``restartPolicy: Always``:
-  its preStop hook runs at the start, but it gets SIGTERM only after every
-  app container has exited, one sidecar at a time in reverse start order,
-  with whatever is left of ``terminationGracePeriodSeconds``; at the end of
-  the grace period everything still running is killed.
+  it gets its preStop hook and then SIGTERM only after every app container
+  has exited, one sidecar at a time in reverse start order, with whatever is
+  left of ``terminationGracePeriodSeconds``; at the end of the grace period
+  everything still running is killed. So its own preStop (a log shipper's
+  ``sleep 5``) is spent after the app's whole budget, not beside it.
 
 :func:`drain` says how long a sidecar needs after its SIGTERM, when that can
-be read from the manifest.
+be read from the manifest; :func:`native_drains` adds a native sidecar's
+preStop sleep to it (a sidecar whose drain is unknown still counts its sleep).
 
 Runs only in the ``graceful check`` command.
 """
@@ -87,8 +89,19 @@ def drain(container: Container, workload: Workload) -> Drain | None:
 
 def native_drains(workload: Workload) -> list[tuple[Container, Drain]]:
     """Return the native sidecars whose drain is known, with it, in the order they are stopped."""
-    known = ((sidecar, drain(sidecar, workload)) for sidecar in reversed(workload.sidecars))
-    return [(sidecar, found) for sidecar, found in known if found is not None]
+    found: list[tuple[Container, Drain]] = []
+    for sidecar in reversed(workload.sidecars):
+        after_term = drain(sidecar, workload)
+        sleep = sidecar.pre_stop_sleep
+        if sleep and after_term is not None:
+            found.append(
+                (sidecar, Drain(sleep + after_term.seconds, f"preStop sleep {sleep:g}s, then {after_term.why}"))
+            )
+        elif sleep:
+            found.append((sidecar, Drain(sleep, f"preStop sleep {sleep:g}s")))
+        elif after_term is not None:
+            found.append((sidecar, after_term))
+    return found
 
 
 def _istio_drain(container: Container, workload: Workload) -> Drain:

@@ -40,6 +40,24 @@ not show it, and ``--propagation`` replaces the case's figure with a measured
 one. Established keep-alive connections keep sending after removal in every
 case: that is what graceful's ``Connection: close`` during the delay is for.
 
+The adaptive delay (``GRACEFUL_SHUTDOWN_DELAY_MIN``, :mod:`graceful.core.delay`)
+ends once nothing has arrived for its quiet period; its floor must cover what
+the pod cannot observe: a pause in the traffic before the router has acted.
+Per case (:meth:`Traffic.floor`):
+
+``in-cluster``, 2 s:
+    kube-proxy applies the deletion within its 1 s ``minSyncPeriod`` after the
+    watch delivers it (about 1-2 s; the kube-proxy model of
+    tests/test_adaptive_delay.py removes endpoints 0.5-2 s after SIGTERM).
+    ingress-nginx's slower syncs keep sending, which the quiet period sees.
+``probe``, the check's detection time plus 2 s (as ``needed``):
+    the balancer cannot act before its own check fails, whatever the traffic.
+``aws``, ``gce``: none the pod can know:
+    the load balancer deregisters on its own schedule, for up to its whole
+    figure; the adaptive delay (its maximum covering that figure) leaves once
+    the traffic stops, and a floor below the figure relies on the traffic
+    never pausing longer than the quiet period before then (an info finding).
+
 Runs only in the ``graceful check`` command.
 """
 
@@ -51,7 +69,7 @@ from collections.abc import Iterable, Mapping
 
 from graceful.kubernetes.manifests import Ingress, Inventory, Probe, Service, TargetGroupBinding, Workload
 
-__all__ = ["ALLOWANCES", "AWS", "CASES", "GCE", "IN_CLUSTER", "PROBE", "Routing", "Traffic"]
+__all__ = ["ALLOWANCES", "AWS", "CASES", "FLOORS", "GCE", "IN_CLUSTER", "PROBE", "Routing", "Traffic"]
 
 IN_CLUSTER, PROBE, AWS, GCE = "in-cluster", "probe", "aws", "gce"
 CASES = (IN_CLUSTER, PROBE, AWS, GCE)
@@ -59,6 +77,9 @@ CASES = (IN_CLUSTER, PROBE, AWS, GCE)
 #: Seconds new requests may keep arriving once the router has been told, per case (see above).
 #: For ``probe`` it is the time to act after the balancer's own check has failed.
 ALLOWANCES: Mapping[str, float] = {IN_CLUSTER: 5.0, PROBE: 2.0, AWS: 120.0, GCE: 60.0}
+
+#: The adaptive delay's floor (s) advised where the router's action has a known bound (see above).
+FLOORS: Mapping[str, float] = {IN_CLUSTER: 2.0}
 
 #: Where each figure comes from, for the findings.
 _SOURCES: Mapping[str, str] = {
@@ -96,6 +117,28 @@ class Traffic:
         if readiness is None:
             return None
         return readiness.period * readiness.threshold + readiness.timeout + self.allowance
+
+    def floor(self, readiness: Probe | None) -> float | None:
+        """The adaptive delay's floor advised (s): the time before which the router cannot have acted.
+
+        ``None`` when the pod cannot know it (a cloud load balancer that targets
+        pod IPs, or a probing balancer without a readiness probe to time).
+        A measured propagation (``--propagation``) is that bound for any case.
+        """
+        if self.measured:
+            return self.allowance
+        if self.case == PROBE:
+            return self.needed(readiness)
+        return FLOORS.get(self.case)
+
+    def explain_floor(self, readiness: Probe | None) -> str:
+        """Return, in words and figures, why the router cannot have acted before :meth:`floor` seconds."""
+        if self.case == IN_CLUSTER and not self.measured:
+            return (
+                f"in-cluster routing ({self.why}) acts on the deletion up to {FLOORS[IN_CLUSTER]:g}s after it"
+                " (kube-proxy's 1 s minSyncPeriod plus the watch)"
+            )
+        return self.explain(readiness)
 
     def explain(self, readiness: Probe | None) -> str:
         """Return, in words and figures, why new requests keep arriving for :meth:`needed` seconds."""

@@ -7,6 +7,8 @@ The metric families, each from a :class:`~graceful.metrics.snapshot.Snapshot`
     graceful_requests_rejected_total{reason}              counter shutting_down, draining, max_in_flight
     graceful_requests_during_shutdown_total{phase}        counter arrived after ShutdownInitiated: delay, draining
     graceful_lifecycle_signal_timestamp_seconds{signal}   gauge   Unix time each signal fired (fired ones only)
+    graceful_shutdown_delay_seconds{end}                  gauge   how long the delay lasted, by how it ended:
+                                                                  fixed, quiet, maximum (once it ended)
     graceful_hook_duration_seconds{kind,name}             gauge   the hook's (longest) run
     graceful_hook_runs_total{kind,name,outcome}           counter ok, failed, timed_out
     graceful_healthcheck{name,type}                       gauge   1 pass, 0 fail, at the last probe (type: livez...)
@@ -131,6 +133,11 @@ def _families(data: Snapshot, samples: bool = True) -> Iterator[Any]:
         "Unix time each lifecycle signal fired.",
         labels=["signal"],
     )
+    delay = gauge(
+        "graceful_shutdown_delay_seconds",
+        "Seconds the shutdown delay lasted, by how it ended: fixed, quiet (adaptive), maximum (adaptive).",
+        labels=["end"],
+    )
     duration = gauge(
         "graceful_hook_duration_seconds", "Seconds the hook's (longest) run took.", labels=["kind", "name"]
     )
@@ -143,7 +150,7 @@ def _families(data: Snapshot, samples: bool = True) -> Iterator[Any]:
     )
     abandoned = counter("graceful_drain_abandoned_requests_total", "Requests still running when the drain timed out.")
     about = info("graceful", "What serves the app.")
-    families = (in_flight, rejected, during, signals, duration, runs, check, checks, abandoned, about)
+    families = (in_flight, rejected, during, signals, delay, duration, runs, check, checks, abandoned, about)
     if not samples:
         yield from families
         return
@@ -154,6 +161,8 @@ def _families(data: Snapshot, samples: bool = True) -> Iterator[Any]:
         during.add_metric([phase], data["during_shutdown"].get(phase, 0))
     for name, at in data["signals"].items():
         signals.add_metric([name], at)
+    for end, seconds in data["delay"].items():
+        delay.add_metric([end], seconds)
     for hook in data["hooks"]:
         duration.add_metric([hook["kind"], hook["name"]], hook["duration_s"])
         for outcome, count in sorted(hook["runs"].items()):

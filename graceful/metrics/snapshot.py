@@ -19,6 +19,8 @@ signal times                           the earliest, but InFlightRequestsDrained
 hook runs by outcome                   summed; the duration: the longest
 health checks                          passing only when it passes in every process;
                                        the counts summed
+the delay's length by how it ended     the longest (only the process that ran the delay
+                                       has one: the Gunicorn master, or graceful serve)
 info                                   the first snapshot's
 =====================================  =============================================
 
@@ -95,6 +97,8 @@ class Snapshot(TypedDict):
     during_shutdown: dict[str, int]
     drain_abandoned: int
     signals: dict[str, float]
+    #: Seconds the shutdown delay lasted, under how it ended (fixed, quiet, maximum); empty until it ended.
+    delay: dict[str, float]
     hooks: list[HookSnapshot]
     healthchecks: list[CheckSnapshot]
     info: InfoSnapshot
@@ -114,6 +118,7 @@ def empty(version: str = "", server: str = "", worker_class: str = "") -> Snapsh
         during_shutdown=dict.fromkeys(PHASES, 0),
         drain_abandoned=0,
         signals={},
+        delay={},
         hooks=[],
         healthchecks=[],
         info=InfoSnapshot(version=version, server=server, worker_class=worker_class),
@@ -126,6 +131,7 @@ def snapshot(lifecycle: Lifecycle) -> Snapshot:
 
     stats = lifecycle.stats
     drain = stats.drain
+    outcome = lifecycle.delay_outcome
     hooks = [
         HookSnapshot(kind=label(r.kind), name=r.name, runs={label(r.outcome.value): 1}, duration_s=r.duration)
         for r in lifecycle.hook_results()
@@ -140,6 +146,7 @@ def snapshot(lifecycle: Lifecycle) -> Snapshot:
         during_shutdown=stats.arrivals(),
         drain_abandoned=drain.abandoned if drain is not None else 0,
         signals={s.name: unix_time(s.fired_at) for s in lifecycle.signals if s.fired_at is not None},
+        delay={} if outcome is None else {outcome.end.value: outcome.ended_at},
         hooks=hooks,
         healthchecks=checks,
         info=InfoSnapshot(version=__version__, server=lifecycle.server, worker_class=lifecycle.worker_class),
@@ -166,6 +173,8 @@ def merge(snapshots: Iterable[Snapshot]) -> Snapshot:
             known = total["signals"].get(name)
             pick = max if name in _LATEST else min
             total["signals"][name] = at if known is None else pick(known, at)
+        for end, seconds in item["delay"].items():
+            total["delay"][end] = max(seconds, total["delay"].get(end, 0.0))
         for hook in item["hooks"]:
             merged = hooks.setdefault(
                 (hook["kind"], hook["name"]),
@@ -197,6 +206,7 @@ def counters_only(item: Snapshot) -> Snapshot:
     kept = merge([item])
     kept["in_flight"] = 0
     kept["signals"] = {}
+    kept["delay"] = {}
     kept["info"] = InfoSnapshot(version="", server="", worker_class="")
     for check in kept["healthchecks"]:
         check["ok"] = True
@@ -217,6 +227,7 @@ def parse(data: object) -> Snapshot:
         during_shutdown=_counts(raw["during_shutdown"]),
         drain_abandoned=_count(raw["drain_abandoned"]),
         signals={_text(name): _number(at) for name, at in _mapping(raw["signals"]).items()},
+        delay={_text(end): _number(seconds) for end, seconds in _mapping(raw["delay"]).items()},
         hooks=[_hook(item) for item in _sequence(raw["hooks"])],
         healthchecks=[_check(item) for item in _sequence(raw["healthchecks"])],
         info=InfoSnapshot(

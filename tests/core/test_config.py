@@ -223,3 +223,61 @@ class TestObservabilitySettings:
         assert (
             Config.load({"GRACEFUL_REPORT_FILE": "/no/such/dir/record.json"}).report_file == "/no/such/dir/record.json"
         )
+
+
+class TestAdaptiveDelaySettings:
+    def test_unset_by_default(self) -> None:
+        """Without GRACEFUL_SHUTDOWN_DELAY_MIN the delay is fixed and the quiet period derived."""
+        c = Config()
+        assert (c.shutdown_delay_min, c.quiet_period, c.adaptive_delay) == (None, None, False)
+
+    def test_read_from_the_environment_and_a_mapping(self) -> None:
+        """The floor and the quiet period come from GRACEFUL_* variables or app.config-style keys."""
+        c = Config.load(
+            {"GRACEFUL_SHUTDOWN_DELAY_MIN": "1"},
+            {"GRACEFUL_QUIET_PERIOD": 0.5, "GRACEFUL_SHUTDOWN_DELAY": 30, "GRACEFUL_GRACE_PERIOD": 60},
+        )
+        assert (c.shutdown_delay_min, c.quiet_period, c.shutdown_delay, c.adaptive_delay) == (1.0, 0.5, 30.0, True)
+
+    def test_empty_means_unset(self) -> None:
+        """An empty variable leaves the setting unset (so a manifest can blank it)."""
+        assert Config.load({"GRACEFUL_SHUTDOWN_DELAY_MIN": " "}).shutdown_delay_min is None
+
+    def test_floor_above_the_maximum_is_refused(self) -> None:
+        """A floor longer than GRACEFUL_SHUTDOWN_DELAY fails naming both and the value."""
+        with pytest.raises(ConfigError) as caught:
+            Config.load({"GRACEFUL_SHUTDOWN_DELAY_MIN": "10", "GRACEFUL_SHUTDOWN_DELAY": "5"})
+        assert str(caught.value) == (
+            "GRACEFUL_SHUTDOWN_DELAY_MIN=10 is not allowed: expected at most GRACEFUL_SHUTDOWN_DELAY (5),"
+            " the adaptive delay's maximum"
+        )
+
+    def test_quiet_period_without_a_floor_is_refused(self) -> None:
+        """A quiet period with no floor would be ignored: it fails instead, naming the fix."""
+        with pytest.raises(
+            ConfigError, match=r"GRACEFUL_QUIET_PERIOD=2 is not allowed without GRACEFUL_SHUTDOWN_DELAY_MIN"
+        ):
+            Config.load({"GRACEFUL_QUIET_PERIOD": "2"})
+
+    @pytest.mark.parametrize(
+        ("var", "value", "allowed"),
+        [
+            ("GRACEFUL_SHUTDOWN_DELAY_MIN", "-1", "a finite number of seconds >= 0, or empty (unset)"),
+            ("GRACEFUL_SHUTDOWN_DELAY_MIN", "soon", "a finite number of seconds >= 0, or empty (unset)"),
+            ("GRACEFUL_QUIET_PERIOD", "0", "a finite number of seconds > 0, or empty (unset)"),
+            ("GRACEFUL_QUIET_PERIOD", "inf", "a finite number of seconds > 0, or empty (unset)"),
+        ],
+    )
+    def test_bad_values_name_the_variable_the_value_and_what_is_allowed(
+        self, var: str, value: str, allowed: str
+    ) -> None:
+        """A bad floor or quiet period is one line: variable, value, what is allowed."""
+        env = {"GRACEFUL_SHUTDOWN_DELAY_MIN": "1", var: value}
+        with pytest.raises(ConfigError) as caught:
+            Config.load(env)
+        assert str(caught.value) == f"{var}={value!r} is not allowed: expected {allowed}"
+
+    def test_the_budget_counts_the_maximum(self) -> None:
+        """The adaptive delay may last its maximum: the budget counts shutdown_delay, not the floor."""
+        with pytest.raises(ConfigError, match="grace"):
+            Config(shutdown_delay=30, shutdown_delay_min=1, grace_period=30)

@@ -14,6 +14,7 @@ from graceful.core.hooks import Outcome
 from graceful.core.lifecycle import Lifecycle
 from graceful.core.registry import PhaseStartedError
 from graceful.testing import FakeClock, SignalRecorder, run_shutdown
+from tests.conftest import QUICK_HOOKS_ORDER
 
 DEFAULT_ORDER = [
     "ShutdownInitiated",
@@ -543,3 +544,78 @@ class TestObservation:
         del lc
         gc.collect()
         assert sampler.join(10)
+
+
+class TestAdaptiveDelay:
+    def test_delay_ends_on_quiet_with_a_reason(self) -> None:
+        """With a floor, AfterShutdownDelayDuration fires once quiet, well before the maximum, and says why."""
+        clock = FakeClock(settle=0.002)
+        lc = Lifecycle(Config(shutdown_delay=20, shutdown_delay_min=1, grace_period=50), clock=clock)
+        lc.last_arrival = lambda: None  # nothing arrives: quiet since ShutdownInitiated
+        _, recorder, _ = run_shutdown(lc)
+        recorder.assert_order(QUICK_HOOKS_ORDER)
+        assert recorder.time_of("AfterShutdownDelayDuration") - recorder.time_of("ShutdownInitiated") == 1.0
+        assert lc.delay_outcome is not None
+        assert lc.delay_outcome.describe() == "quiet for 1.0 s: nothing arrived after ShutdownInitiated"
+
+    def test_this_process_arrivals_hold_the_delay(self) -> None:
+        """Under graceful serve the process's own request statistics are the arrivals the delay reads."""
+        clock = FakeClock(settle=0.002)
+        lc = Lifecycle(Config(shutdown_delay=20, shutdown_delay_min=1, grace_period=50), clock=clock)
+        lc.stats.last_arrival_at = clock.now() + 0.5  # read as a request 0.5 s after ShutdownInitiated
+        _, recorder, _ = run_shutdown(lc)
+        assert recorder.time_of("AfterShutdownDelayDuration") - recorder.time_of("ShutdownInitiated") == 1.5
+
+    def test_no_late_traffic_warning_when_the_delay_ended_on_quiet(self, caplog: pytest.LogCaptureFixture) -> None:
+        """Arrivals in the maximum's last tenth do not advise a longer delay when it ended on quiet."""
+        clock = FakeClock(settle=0.002)
+        lc = Lifecycle(Config(shutdown_delay=2, shutdown_delay_min=1.95, grace_period=50), clock=clock)
+        lc.last_arrival = lambda: None
+        lc.initiate_shutdown()
+        clock.advance(1.9)
+        lc.stats.arrived(False)  # in the last tenth of the 2 s maximum
+        with caplog.at_level(logging.WARNING, logger="graceful.core.lifecycle"):
+            lc.run_until_not_accepting()
+        assert lc.stats.late_traffic() is not None
+        assert lc.delay_outcome is not None and lc.delay_outcome.end.value == "quiet"
+        assert "too short" not in caplog.text
+
+    def test_late_traffic_warning_when_the_maximum_ended_it(self, caplog: pytest.LogCaptureFixture) -> None:
+        """Traffic at the maximum still gets the advice to raise GRACEFUL_SHUTDOWN_DELAY."""
+        clock = FakeClock(settle=0.002)
+        lc = Lifecycle(Config(shutdown_delay=2, shutdown_delay_min=1, grace_period=50), clock=clock)
+        lc.initiate_shutdown()
+        lc.last_arrival = lambda: clock.now()  # something arrives at every look
+        clock.advance(1.9)
+        lc.stats.arrived(False)
+        with caplog.at_level(logging.WARNING, logger="graceful.core.lifecycle"):
+            lc.run_until_not_accepting()
+        assert lc.delay_outcome is not None and lc.delay_outcome.end.value == "maximum"
+        assert "raise GRACEFUL_SHUTDOWN_DELAY" in caplog.text
+
+    def test_a_worker_sees_a_quiet_end_before_the_maximum(self, caplog: pytest.LogCaptureFixture) -> None:
+        """A process that did not run the delay (a Gunicorn worker) gives no advice when it ended before the maximum."""
+        clock = FakeClock(settle=0.002)
+        lc = Lifecycle(Config(shutdown_delay=2, shutdown_delay_min=1.95, grace_period=50), clock=clock)
+        lc.run_pre_shutdown_hooks = False
+        lc.shutdown_initiated.fire()  # the master's broadcast
+        clock.advance(1.9)
+        lc.stats.arrived(False)  # in the last tenth of the 2 s maximum
+        clock.advance(0.05)
+        with caplog.at_level(logging.WARNING, logger="graceful.core.lifecycle"):
+            lc.not_accepting_new_requests.fire()  # 1.95 s: before the maximum, so on quiet
+        assert lc.stats.late_traffic() is not None
+        assert "too short" not in caplog.text
+
+    def test_a_worker_still_advises_after_the_maximum(self, caplog: pytest.LogCaptureFixture) -> None:
+        """NotAcceptingNewRequests at the maximum with late arrivals: the worker advises a longer maximum."""
+        clock = FakeClock(settle=0.002)
+        lc = Lifecycle(Config(shutdown_delay=2, shutdown_delay_min=1, grace_period=50), clock=clock)
+        lc.run_pre_shutdown_hooks = False
+        lc.shutdown_initiated.fire()
+        clock.advance(1.9)
+        lc.stats.arrived(False)
+        clock.advance(0.1)
+        with caplog.at_level(logging.WARNING, logger="graceful.core.lifecycle"):
+            lc.not_accepting_new_requests.fire()
+        assert "raise GRACEFUL_SHUTDOWN_DELAY" in caplog.text

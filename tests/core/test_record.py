@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from graceful.core.config import Config
+from graceful.core.delay import DelayEnd, DelayOutcome
 from graceful.core.lifecycle import Lifecycle
 from graceful.core.record import (
     MAX_MESSAGE_BYTES,
@@ -270,3 +271,59 @@ class TestSampleSeries:
         total = SampleSeries.total([series])
         assert len(total.t) <= 100_001
         assert total.t[-1] == 1e6
+
+
+class TestDelayEnd:
+    QUIET = DelayOutcome(DelayEnd.QUIET, 2.7, 1.7, 1.0, 1.0, 30)
+    MAXIMUM = DelayOutcome(DelayEnd.MAXIMUM, 30, 29.8, 1.0, 1.0, 30)
+
+    def test_the_record_carries_how_the_delay_ended(self) -> None:
+        """record_of takes the lifecycle's delay outcome: a fixed delay says fixed."""
+        record = server_record(served_lifecycle())
+        assert record.delay is not None
+        assert (record.delay.end, record.delay.ended_at) == (DelayEnd.FIXED, 4)
+        assert record.to_json()["delay"]["text"].startswith("the fixed 4 s delay")
+
+    def test_summary_says_why_an_adaptive_delay_ended(self) -> None:
+        """The paragraph names the quiet (or the maximum) instead of a fixed length."""
+        record = dataclasses.replace(server_record(served_lifecycle()), delay=self.QUIET)
+        assert "(delay 2.7 s of 4 s at most: quiet for 1.0 s after the last arrival at 1.7 s;" in record.summary()
+        record = dataclasses.replace(record, delay=self.MAXIMUM)
+        assert "traffic still arriving, the last at 29.8 s: a load balancer still routes here;" in record.summary()
+
+    def test_no_advice_to_raise_the_delay_after_a_quiet_end(self) -> None:
+        """Late arrivals after an adaptive delay that ended on quiet do not call it too short."""
+        lc = served_lifecycle()
+        lc.stats.begin(lc.stats.shutdown_at or 0.0, 0)  # every arrival from now on is late
+        lc.stats.arrived(stopped=False)
+        record = server_record(lc)
+        assert "raise GRACEFUL_SHUTDOWN_DELAY" in record.summary()
+        assert "raise GRACEFUL_SHUTDOWN_DELAY" not in dataclasses.replace(record, delay=self.QUIET).summary()
+        assert "raise GRACEFUL_SHUTDOWN_DELAY" in dataclasses.replace(record, delay=self.MAXIMUM).summary()
+
+    def test_round_trip_and_absent(self) -> None:
+        """The delay survives JSON; a record without it (older, or null) reads as unknown."""
+        record = dataclasses.replace(server_record(served_lifecycle()), delay=self.QUIET)
+        data = json.loads(json.dumps(record.to_json()))
+        assert ShutdownRecord.from_json(data).delay == self.QUIET
+        del data["delay"]
+        assert ShutdownRecord.from_json(data).delay is None
+
+    def test_refuses_an_unknown_end(self) -> None:
+        """A delay that ended for no known reason is not a record's: the field is named."""
+        data = dataclasses.replace(server_record(served_lifecycle()), delay=self.QUIET).to_json()
+        data["delay"]["end"] = "bored"
+        with pytest.raises(
+            RecordError, match=r"record\.delay\.end: expected one of fixed, quiet, maximum, got 'bored'"
+        ):
+            ShutdownRecord.from_json(data)
+
+    def test_adaptive_settings_in_the_config(self) -> None:
+        """The floor and a set quiet period are in the record's config; unset ones are not."""
+        lc = Lifecycle(Config(shutdown_delay_min=0, quiet_period=0.2, shutdown_delay=1), clock=FakeClock(settle=0.002))
+        lc.last_arrival = lambda: None
+        run_shutdown(lc)
+        record = server_record(lc)
+        assert (record.config["shutdown_delay_min"], record.config["quiet_period"]) == (0.0, 0.2)
+        assert record.delay is not None and record.delay.end is DelayEnd.QUIET
+        assert "shutdown_delay_min" not in server_record(served_lifecycle()).config

@@ -20,6 +20,7 @@ from typing import NoReturn, cast
 import pytest
 
 from graceful.core.config import Config
+from graceful.core.delay import QUIET_MIN, DelayEnd
 from graceful.core.lifecycle import Lifecycle
 from graceful.core.record import ROLE_WORKER, part_of
 from graceful.gunicorn.master import MasterShutdown
@@ -116,6 +117,21 @@ class TestFirstTerm:
         assert master.shared.not_accepting.is_fired()
         assert arbiter.calls.count("wake") == 1
         assert arbiter.calls[-1] == "kill SIGTERM" and not arbiter.workers
+
+    def test_the_adaptive_delay_reads_the_workers_arrivals(self, made: list[MasterShutdown]) -> None:
+        """With a floor, the master's delay ends QUIET_MIN after the last arrival a worker wrote on the board."""
+        arbiter = FakeArbiter()
+        config = Config(shutdown_delay=20, shutdown_delay_min=1, grace_period=50)
+        lifecycle = Lifecycle(config, clock=FakeClock(settle=0.002))
+        recorder = SignalRecorder(lifecycle)
+        master = MasterShutdown(arbiter, lifecycle, exit=cast("type[NoReturn]", ExitRecorder()))
+        made.append(master)
+        master.install()
+        master.shared.arrivals.slot[0] = lifecycle.clock.now() + 0.4  # a worker's arrival, as the delay reads it
+        shut_down(arbiter)
+        delay = recorder.time_of("AfterShutdownDelayDuration") - recorder.time_of("ShutdownInitiated")
+        assert delay == pytest.approx(0.4 + QUIET_MIN)
+        assert lifecycle.delay_outcome is not None and lifecycle.delay_outcome.end is DelayEnd.QUIET
 
     def test_systemd_hears_each_signal(self, made: list[MasterShutdown]) -> None:
         """systemd's STATUS follows the master's signals, after STOPPING=1."""

@@ -96,6 +96,14 @@ def cleanup_log(lifecycle: Lifecycle) -> list[str]:
 
 
 class TestPostFork:
+    def test_arrivals_during_the_shutdown_go_on_the_servers_board(self, shared: SharedState) -> None:
+        """A worker's request statistics write each arrival's time on the board the master reads."""
+        shutdown = worker_of(FakeWorker(), shared)
+        stats = shutdown.lifecycle.stats
+        stats.arrived(False)
+        assert stats.last_arrival_at is not None
+        assert shared.arrivals.last() == stats.last_arrival_at
+
     def test_pre_shutdown_hooks_are_the_masters(self, shared: SharedState) -> None:
         """A worker refuses pre-shutdown hooks, saying where to register them instead."""
         shutdown = worker_of(FakeWorker(), shared)

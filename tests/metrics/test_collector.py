@@ -124,6 +124,7 @@ class TestFamilies:
         assert (checks("db", "error"), checks("db", "success")) == (1, 0)
         assert (checks("ping", "success"), checks("ping", "error")) == (1, 0)
         assert samples[("graceful_drain_abandoned_requests_total", ())] == 1
+        assert samples[("graceful_shutdown_delay_seconds", (("end", "fixed"),))] == 1.0
         info = (("server", "gunicorn"), ("version", __version__), ("worker_class", "gthread"))
         assert samples[("graceful_info", info)] == 1
 
@@ -135,6 +136,7 @@ class TestFamilies:
             "graceful_requests_rejected": "counter",
             "graceful_requests_during_shutdown": "counter",
             "graceful_lifecycle_signal_timestamp_seconds": "gauge",
+            "graceful_shutdown_delay_seconds": "gauge",
             "graceful_hook_duration_seconds": "gauge",
             "graceful_hook_runs": "counter",
             "graceful_healthcheck": "gauge",

@@ -42,6 +42,7 @@ def worker(
         during_shutdown={"delay": delay, "draining": shutting_down},
         drain_abandoned=1,
         signals={"ShutdownInitiated": started, "InFlightRequestsDrained": drained_at},
+        delay={},
         hooks=[HookSnapshot(kind="cleanup_task", name="flush", runs={outcome: 1}, duration_s=cleanup_s)],
         healthchecks=[CheckSnapshot(type="readyz", name="db", ok=db_ok, success=3, error=1)],
         info=InfoSnapshot(version="1.0", server="gunicorn", worker_class="gthread"),
@@ -62,6 +63,7 @@ class TestSnapshot:
         assert data["rejected"] == {"shutting_down": 0, "draining": 0, "max_in_flight": 1}
         assert data["signals"]["ShutdownInitiated"] == unix_time(lc.shutdown_initiated.fired_at or 0.0)
         assert "HasBeenReady" not in data["signals"]
+        assert data["delay"] == {"fixed": 1.0}
         assert data["hooks"] == [HookSnapshot(kind="cleanup_task", name="flush", runs={"ok": 1}, duration_s=0.0)]
         assert data["info"]["server"] == "gunicorn" and data["info"]["worker_class"] == "sync"
 
@@ -87,6 +89,15 @@ class TestMerge:
         ]
         assert total["healthchecks"] == [CheckSnapshot(type="readyz", name="db", ok=False, success=6, error=2)]
         assert total["info"] == first["info"]
+
+    def test_the_delay_is_the_process_that_ran_it(self) -> None:
+        """The master's delay (how long, how it ended) is the server's; workers have none; gone ones drop it."""
+        master = empty()
+        master["delay"] = {"quiet": 2.7}
+        total = merge([master, worker(2, 3, 10, 100.0, 105.0, True, 0.5)])
+        assert total["delay"] == {"quiet": 2.7}
+        assert parse(json.loads(json.dumps(total)))["delay"] == {"quiet": 2.7}
+        assert counters_only(total)["delay"] == {}
 
     def test_merging_leaves_the_snapshots_alone(self) -> None:
         """merge() copies: the workers' snapshots are unchanged."""

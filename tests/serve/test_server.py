@@ -537,6 +537,15 @@ class TestGracefulServe:
         assert fresh.headers["Connection"] == "close"
         assert served.finish() == 0
 
+    def test_adaptive_delay_ends_on_quiet(self, serve_app: Callable[..., Served]) -> None:
+        """With a floor and no traffic, the delay ends after the 1 s quiet, far before its 10 s maximum, and says so."""
+        served = serve_app(GRACEFUL_SHUTDOWN_DELAY="10", GRACEFUL_SHUTDOWN_DELAY_MIN="0.5")
+        served.signal()
+        served.wait_for("SIGNAL NotAcceptingNewRequests")
+        assert served.finish() == 0
+        (line,) = served.wait_for("the shutdown delay ended after")
+        assert "quiet for 1.0 s: nothing arrived after ShutdownInitiated" in line
+
     def test_requests_during_a_slow_pre_shutdown_hook_succeed(self, serve_app: Callable[..., Served]) -> None:
         """After the delay, requests are still served while a pre-shutdown hook runs."""
         served = serve_app(GRACEFUL_SHUTDOWN_DELAY="0.3", SERVER_APP_PRE_SHUTDOWN="3")

@@ -12,7 +12,8 @@ What happens when Kubernetes deletes a pod, and what each finding guards::
     T0+s      SIGTERM reaches PID 1: it must be the server, not a shell (GC007),
               and the stop signal must mean "drain" (GC012). /readyz fails,
               serving goes on for shutdown_delay, which must outlast the
-              routers (GC004); a liveness probe on /readyz would restart the
+              routers (GC004); an adaptive delay's floor must outlast what
+              the pod cannot observe (GC017); a liveness probe on /readyz would restart the
               container now (GC003). A classic proxy sidecar got SIGTERM too
               and must outlast the serving and the drain (GC014)
     ...       listeners close, in-flight requests drain, cleanup tasks run
@@ -50,6 +51,7 @@ why it has its severity.
 | GC014 | error          | sidecars   |
 | GC015 | warning        | rollout    |
 | GC016 | warning        | probes     |
+| GC017 | warning / info | delay      |
 
 Runs only in the ``graceful check`` command.
 """
@@ -81,4 +83,5 @@ RULES: tuple[Callable[[Subject], Iterator[Finding]], ...] = (
     sidecars.proxy_sidecars,  # GC014
     rollout.rollout,  # GC015
     probes.health_port_probes,  # GC016
+    delay.adaptive_floor,  # GC017
 )

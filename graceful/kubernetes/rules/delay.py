@@ -9,6 +9,15 @@ check's detection time. The finding says which case applied, why, and the
 figures. Requests that arrive after the delay reach a closed socket (or a
 429 in retry-after mode): loses requests.
 
+GC017 **warning**, the adaptive delay's floor (``GRACEFUL_SHUTDOWN_DELAY_MIN``)
+shorter than the time before which the router cannot have acted
+(:meth:`graceful.kubernetes.traffic.Traffic.floor`): a pause in the traffic
+longer than the quiet period before then ends the delay early, and what
+arrives after it reaches a closed socket. A warning, not an error: steady
+traffic never pauses that long, and the manifest does not show the traffic.
+**info** behind a cloud load balancer that targets pod IPs, whose schedule
+the pod cannot know: the floor then relies on the traffic alone.
+
 GC006 **warning**, a preStop sleep on top of graceful's own delay: the wait is
 counted twice and spends the grace period before graceful has started.
 Probably wrong (it loses nothing while the budget still fits, which GC005
@@ -26,7 +35,7 @@ from graceful.kubernetes.rules.probes import FAST_PROBE, FAST_TIMING
 from graceful.kubernetes.subject import Subject
 from graceful.kubernetes.traffic import PROBE
 
-__all__ = ["pre_stop_sleep", "shutdown_delay"]
+__all__ = ["adaptive_floor", "pre_stop_sleep", "shutdown_delay"]
 
 
 def shutdown_delay(c: Subject) -> Iterator[Finding]:
@@ -69,3 +78,40 @@ def pre_stop_sleep(c: Subject) -> Iterator[Finding]:
             "remove the preStop hook and size GRACEFUL_SHUTDOWN_DELAY alone"
             " (graceful fails /readyz and keeps serving during it)",
         )
+
+
+def adaptive_floor(c: Subject) -> Iterator[Finding]:
+    """GC017: the adaptive delay may end in a pause of the traffic before the router has acted."""
+    config = c.settings.config
+    floor = config.shutdown_delay_min
+    if floor is None:
+        return
+    readiness = c.container.readiness
+    quiet = "the derived quiet period" if config.quiet_period is None else f"quiet_period {config.quiet_period:g}s"
+    advised = c.traffic.floor(readiness)
+    serving = c.pre_stop_sleep + floor
+    where = f"preStop sleep {c.pre_stop_sleep:g}s + " if c.pre_stop_sleep else ""
+    if advised is None:
+        needed = c.traffic.needed(readiness)
+        if needed is None or serving >= needed:
+            return
+        yield c.finding(
+            "info",
+            "GC017",
+            f"{where}shutdown_delay_min {floor:g}s < {needed:g}s: {c.traffic.explain(readiness)}, on a schedule"
+            f" the pod cannot see; the adaptive delay leaves once nothing arrived for {quiet}, so a pause in"
+            " the traffic before the load balancer stops ends it early",
+            f"with light or bursty traffic set GRACEFUL_SHUTDOWN_DELAY_MIN={needed - c.pre_stop_sleep:g}, or"
+            " GRACEFUL_QUIET_PERIOD above the traffic's longest pause",
+        )
+        return
+    if serving >= advised:
+        return
+    yield c.finding(
+        "warning",
+        "GC017",
+        f"{where}shutdown_delay_min {floor:g}s < {advised:g}s: {c.traffic.explain_floor(readiness)}; a pause in the"
+        f" traffic longer than {quiet} before then ends the adaptive delay early, and new requests"
+        " reach a closed socket",
+        f"set GRACEFUL_SHUTDOWN_DELAY_MIN={advised - c.pre_stop_sleep:g}",
+    )

@@ -2,7 +2,8 @@
 
 GC013 **warning**, native sidecars (init containers with ``restartPolicy:
 Always``, KEP-753) whose drain does not fit what the app leaves of the grace
-period: they get SIGTERM only after the app has exited, one at a time, and the
+period: they get their preStop hook (a preStop sleep counts) and SIGTERM only
+after the app has exited, one at a time, and the
 kubelet kills whatever still runs at ``terminationGracePeriodSeconds``. The
 app's own requests are done by then, so none of those is lost; what is cut is
 the sidecars' own work (a proxy's last connections, a log shipper's buffer).
@@ -51,7 +52,8 @@ def native_sidecars(c: Subject) -> Iterator[Finding]:
     yield c.finding(
         "warning",
         "GC013",
-        f"native sidecars get SIGTERM only after the app has exited, one at a time, and need {need:g}s"
+        f"native sidecars get their preStop and SIGTERM only after the app has exited, one at a time, and need"
+        f" {need:g}s"
         f" ({names}), but the app may take {app:g}s of terminationGracePeriodSeconds {c.grace_period},"
         f" leaving {max(left, 0):g}s: they are killed mid-drain",
         fix,

@@ -40,6 +40,25 @@ class TestNativeSidecars:
         (finding,) = [f for f in check_documents([doc], "test") if f.code == "GC013"]
         assert "need 18s (metrics: its own graceful budget 13s, istio-proxy: Istio's default" in finding.message
 
+    def test_log_shipper_prestop_manifest(self) -> None:
+        """A log shipper's 5s preStop sleep after an app budget of 26s in a 27s grace period is GC013 (KEP-753)."""
+        findings = findings_in("gc013-log-shipper-prestop.yaml")
+        assert [(f.code, f.severity) for f in findings] == [("GC010", "warning"), ("GC013", "warning")]
+        gc013 = findings[1]
+        assert "get their preStop and SIGTERM only after the app has exited" in gc013.message
+        assert "need 5s (log-shipper: preStop sleep 5s)" in gc013.message
+        assert "the app may take 26s of terminationGracePeriodSeconds 27, leaving 1s" in gc013.message
+        assert gc013.fix.startswith("set terminationGracePeriodSeconds: 31 and GRACEFUL_GRACE_PERIOD=26")
+
+    def test_prestop_sleep_adds_to_a_known_drain(self) -> None:
+        """A native proxy's preStop sleep runs after the app too, before its own drain: both count."""
+        sleeping = native(lifecycle={"preStop": {"sleep": {"seconds": 3}}})
+        doc = pod(container(), initContainers=[sleeping], terminationGracePeriodSeconds=30)
+        (finding,) = [f for f in check_documents([doc], "test") if f.code == "GC013"]
+        assert "need 8s (istio-proxy: preStop sleep 3s, then Istio's default terminationDrainDuration 5s)" in (
+            finding.message
+        )
+
     def test_unknown_drain_is_not_counted(self) -> None:
         """A native sidecar whose drain the manifest does not show is not guessed at."""
         doc = pod(container(), initContainers=[native("log-shipper", "fluent/fluent-bit:3")])
