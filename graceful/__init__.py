@@ -24,7 +24,7 @@ from graceful.core.waitgroup import SafeWaitGroup, WaitGroupClosed
 from graceful.process.trap import SignalTrap
 from graceful.wsgi.middleware import GracefulMiddleware, path_prefixes
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 __all__ = [
     "AdmissionLimit",
