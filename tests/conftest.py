@@ -52,6 +52,16 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_FIGURES] = {}
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests of an xdist_group first (each group runs on one pytest-xdist worker, in order).
+
+    The load suite's modules are such groups (``load-*``): at most one test of each puts the
+    machine under load at a time, beside the other workers' tests. Their chains are the
+    longest, so they start first; the other tests fill the other workers around them.
+    """
+    items.sort(key=lambda item: item.get_closest_marker("xdist_group") is None)  # stable: order kept within
+
+
 def add_figures(config: pytest.Config, title: str, header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
     """Add rows to the table ``title``, printed once in the session's final summary (shown without -s).
 

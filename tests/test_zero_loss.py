@@ -26,7 +26,9 @@ from tests.e2e_harness import (
     rolling_restart,
 )
 
-pytestmark = [pytest.mark.e2e, pytest.mark.gunicorn, pytest.mark.load]
+# Under pytest-xdist one worker runs these one after the other: two rolling restarts at once on 2
+# cores would measure the machine (tests/conftest.py starts groups first).
+pytestmark = [pytest.mark.e2e, pytest.mark.gunicorn, pytest.mark.load, pytest.mark.xdist_group("load-haproxy")]
 
 WORKER_CLASSES = ["sync", "gthread", "gevent"]
 

@@ -29,7 +29,9 @@ import pytest
 from tests.conftest import Processes, add_figures
 from tests.e2e_harness import Gunicorn, LoadGenerator, Record, free_port, without_gevent_2130
 
-pytestmark = [pytest.mark.e2e, pytest.mark.gunicorn, pytest.mark.release]
+# Under pytest-xdist one worker runs these (and the Flask tutorial under load) one after the other:
+# each keeps 16 clients busy for 8 s (tests/conftest.py starts groups first).
+pytestmark = [pytest.mark.e2e, pytest.mark.gunicorn, pytest.mark.release, pytest.mark.xdist_group("load-recycling")]
 
 #: Seconds of load per run, and keep-alive clients.
 DURATION = 8.0
