@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import importlib.util
 import itertools
 import os
@@ -50,6 +51,14 @@ _FIGURES_OUTPUT = "graceful_figures"
 
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[_FIGURES] = {}
+    parallel = config.getoption("numprocesses", None) and config.getoption("dist", None) == "loadgroup"
+    if parallel and pytest.version_tuple[:2] >= (9, 2):
+        xdist = tuple(int(part) for part in importlib.metadata.version("pytest-xdist").split(".")[:2])
+        if xdist <= (3, 8):  # it would run the groups' tests on every worker, at once, and say nothing
+            raise pytest.UsageError(
+                f"pytest-xdist {'.'.join(map(str, xdist))} cannot group xdist_group tests on pytest"
+                f" {pytest.__version__} (pytest-dev/pytest-xdist#1386): install pytest<9.2, or run with -n 0"
+            )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
