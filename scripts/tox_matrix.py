@@ -36,6 +36,10 @@ FETCH_COMMAND = {"uv": ["python", "install"], "pyenv": ["install", "--skip-exist
 FETCH_TIMEOUT = {"uv": 300, "pyenv": 1200}
 #: Bound (s) on asking an interpreter its version (a broken pyenv shim may hang on a prompt).
 PROBE_TIMEOUT = 20
+#: The Pythons Debian 12 lacks that ``scripts/get-python X.Y`` gets from Debian unstable, and where:
+#: ``PYTHON_HOME/X.Y`` (a folder of the user's own, so it outlives CI's clean clones).
+DEBIAN_PYTHONS = ("3.14", "3.15")
+PYTHON_HOME = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "graceful-python"
 
 _PY_FACTOR = re.compile(r"^py(3)\.?(\d+)$")
 _PYTHON_NAME = re.compile(r"^(?:python|py)(3)\.?(\d+)$")
@@ -128,6 +132,11 @@ class ToxIni:
 # -- finding and getting interpreters ------------------------------------------------------------------
 
 
+def debian_python(minor: str, prefix: Path | None = None) -> Path:
+    """Where ``scripts/get-python`` puts ``python{minor}``: ``bin`` in ``prefix`` (default ``PYTHON_HOME/X.Y``)."""
+    return (prefix or PYTHON_HOME / minor) / "bin" / f"python{minor}"
+
+
 def _version_of(executable: str) -> str | None:
     """``X.Y.Z`` of an interpreter, or None if it does not run (e.g. a pyenv shim for an inactive version)."""
     try:
@@ -190,10 +199,11 @@ class Machine:
         return [str(Path(root.strip()) / "versions" / v / "bin") for v in versions]
 
     def find(self, minor: str) -> Interpreter | None:
-        """The first ``python{minor}`` that answers with that version: pyenv's newest, then the PATH."""
+        """The first ``python{minor}`` that answers with that version: pyenv's, scripts/get-python's, the PATH's."""
         if minor in self.found:
             return self.found[minor]
-        folders = self._pyenv_bins(minor) + self.path.split(os.pathsep)
+        fetched = [str(debian_python(minor).parent)] if minor in DEBIAN_PYTHONS else []
+        folders = self._pyenv_bins(minor) + fetched + self.path.split(os.pathsep)
         for folder in folders:
             candidate = os.path.join(folder, f"python{minor}")
             if not os.access(candidate, os.X_OK):
@@ -269,7 +279,10 @@ class Machine:
     def how_to_get(self, minor: str) -> str:
         """The command that gets ``python{minor}``: with the tools installed here, else with either."""
         hints = {"uv": f"uv python install {minor}", "pyenv": f"pyenv install {minor}"}
-        return " or ".join(hints[tool] for tool in self.fetchers() or ["pyenv", "uv"])
+        ways = [hints[tool] for tool in self.fetchers() or ["pyenv", "uv"]]
+        if minor in DEBIAN_PYTHONS:  # pyenv and uv download from python.org and GitHub; this needs a Debian mirror
+            ways.append(f"scripts/get-python {minor}")
+        return " or ".join(ways)
 
     def where_to_get_tools(self) -> str | None:
         """Where to get pyenv or uv, when neither is installed."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import importlib.util
 import itertools
 import os
@@ -12,8 +13,9 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -39,6 +41,67 @@ LIVE = Path(__file__).resolve().parent / "live"
 # and run that folder alone (an env without Django collects no test there, and fails).
 if importlib.util.find_spec("django") is None:
     collect_ignore = ["django"]
+
+
+#: Where each process keeps the figures tables of its session: title -> (header, rows).
+_FIGURES = pytest.StashKey[dict[str, tuple[list[str], list[list[str]]]]]()
+#: Under pytest-xdist, the key of a worker's tables in what it sends the controller at its end.
+_FIGURES_OUTPUT = "graceful_figures"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[_FIGURES] = {}
+    parallel = config.getoption("numprocesses", None) and config.getoption("dist", None) == "loadgroup"
+    if parallel and pytest.version_tuple[:2] >= (9, 2):
+        xdist = tuple(int(part) for part in importlib.metadata.version("pytest-xdist").split(".")[:2])
+        if xdist <= (3, 8):  # it would run the groups' tests on every worker, at once, and say nothing
+            raise pytest.UsageError(
+                f"pytest-xdist {'.'.join(map(str, xdist))} cannot group xdist_group tests on pytest"
+                f" {pytest.__version__} (pytest-dev/pytest-xdist#1386): install pytest<9.2, or run with -n 0"
+            )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests of an xdist_group first (each group runs on one pytest-xdist worker, in order).
+
+    The load suite's modules are such groups (``load-*``): at most one test of each puts the
+    machine under load at a time, beside the other workers' tests. Their chains are the
+    longest, so they start first; the other tests fill the other workers around them.
+    """
+    items.sort(key=lambda item: item.get_closest_marker("xdist_group") is None)  # stable: order kept within
+
+
+def add_figures(config: pytest.Config, title: str, header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    """Add rows to the table ``title``, printed once in the session's final summary (shown without -s).
+
+    Under pytest-xdist each worker's rows reach the controller, which prints the one table: a
+    module's tests may run on several workers.
+    """
+    tables = config.stash[_FIGURES]
+    tables.setdefault(title, (list(header), []))[1].extend([list(row) for row in rows])
+    worker_output = getattr(config, "workeroutput", None)  # set on an xdist worker only
+    if worker_output is not None:
+        worker_output[_FIGURES_OUTPUT] = {name: [head, body] for name, (head, body) in tables.items()}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """On the xdist controller: take in the tables of a worker that finished."""
+    output = getattr(node, "workeroutput", {})
+    for title, (header, rows) in output.get(_FIGURES_OUTPUT, {}).items():
+        add_figures(node.config, title, header, rows)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    tables = config.stash[_FIGURES]
+    if not tables or getattr(config, "workeroutput", None) is not None:
+        return
+    from tests.e2e_harness import markdown_table  # only sessions with figures need the harness
+
+    for title, (header, rows) in tables.items():
+        terminalreporter.write_sep("-", title)
+        for line in markdown_table(header, rows):
+            terminalreporter.write_line(line)
 
 
 class Processes:

@@ -860,11 +860,6 @@ def markdown_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list
     return lines
 
 
-def table(runs: Iterable[Run]) -> list[str]:
-    """A Markdown table of ``runs``, one row each (the README quotes it)."""
-    return markdown_table(TABLE_HEADER, (run.row() for run in runs))
-
-
 def graceful_env(shutdown_delay: float, drain_timeout: float = 10.0) -> dict[str, str]:
     """GRACEFUL_* settings for the instances under test."""
     return {"GRACEFUL_SHUTDOWN_DELAY": f"{shutdown_delay:g}", "GRACEFUL_DRAIN_TIMEOUT": f"{drain_timeout:g}"}

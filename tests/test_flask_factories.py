@@ -111,6 +111,7 @@ class TestFactoryUnderGracefulServe:
 @pytest.mark.e2e
 @pytest.mark.gunicorn
 @pytest.mark.load
+@pytest.mark.xdist_group("load-recycling")  # one load at a time (tests/gunicorn/test_worker_recycling.py)
 class TestTutorialUnderLoad:
     @pytest.mark.parametrize(("spec", "worker_class"), [(PLAIN, "gthread"), (WITH_GRACEFUL, "sync")])
     def test_sigterm_loses_nothing(

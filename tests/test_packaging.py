@@ -24,6 +24,9 @@ import graceful
 from tests.conftest import ROOT, Processes
 from tests.e2e_harness import free_port, http_get
 
+# One pytest-xdist worker runs the module: `python -m build` writes graceful_wsgi.egg-info into the
+# source tree, and two builds at once there break each other's sdist.
+pytestmark = pytest.mark.xdist_group("build-in-the-source-tree")
 #: The name on PyPI; file names spell it graceful_wsgi. The import name stays ``graceful``.
 DIST_NAME = "graceful-wsgi"
 FILE_NAME = DIST_NAME.replace("-", "_")

@@ -19,8 +19,6 @@ RUN_TESTS = ROOT / "scripts" / "run-tests"
 TOX_MATRIX = ROOT / "scripts" / "tox_matrix.py"
 #: A fresh Debian's PATH, with nothing but the system's own python3.
 SYSTEM_PATH = "/usr/bin:/bin"
-#: The X.Y of the interpreter running the tests.
-THIS_MINOR = "{}.{}".format(*sys.version_info[:2])
 _PLAN_LINE = re.compile(r"^run-tests: (run|skip|MISSING) +(\S+) +python(3\.\d+) ")
 
 
@@ -35,6 +33,9 @@ def _load() -> ModuleType:
 
 
 tox_matrix = _load()
+
+#: The one interpreter a FakeMachine has: the first one the matrix needs, whichever Python runs the tests.
+FAKE_MINOR = next(m for m in map(tox_matrix.ToxIni().interpreter, tox_matrix.ToxIni().env_list) if m)
 
 
 def plan_lines(output: str) -> dict[str, tuple[str, str]]:
@@ -206,10 +207,11 @@ class TestPlanWithTheSystemPython:
 
 
 class FakeMachine:
-    """A PATH (nothing else on it) with this interpreter as its only ``python3.X``, a pyenv, and a tox.
+    """A PATH (nothing else on it) with one ``python3.X`` (:data:`FAKE_MINOR`), a pyenv, and a tox.
 
-    The pyenv and tox stand-ins record their arguments; a pyenv install that works leaves a
-    ``python3.X`` that answers the version probe, as a real one would.
+    Each ``python3.X`` here is a stand-in that answers the version probe, as a real one would (tox
+    is a stand-in too: nothing else runs it). The pyenv and tox stand-ins record their arguments;
+    a pyenv install that works leaves such a ``python3.X``.
     """
 
     def __init__(self, folder: Path, *, install_works: bool = False, tox_status: int = 0) -> None:
@@ -219,7 +221,7 @@ class FakeMachine:
         (self.pyenv_root / "versions").mkdir(parents=True)
         self.pyenv_log = folder / "pyenv.log"
         self.tox_log = folder / "tox.log"
-        (self.bin / f"python{THIS_MINOR}").symlink_to(sys.executable)
+        self._script(f"python{FAKE_MINOR}", f"echo {FAKE_MINOR}.0\n")
         if install_works:
             install = (
                 'dir="$root/versions/$3.0/bin"; /bin/mkdir -p "$dir"; '
@@ -289,15 +291,15 @@ class TestRunWithMissingInterpreters:
         done = machine.run()
         assert done.returncode == 0, done.stdout + done.stderr
         needs = default_needs()
-        missing = sorted({minor for minor in needs.values() if minor != THIS_MINOR})
+        missing = sorted({minor for minor in needs.values() if minor != FAKE_MINOR})
         assert machine.pyenv_installs() == missing
-        assert machine.tox_envs() == [env for env, minor in needs.items() if minor == THIS_MINOR]
+        assert machine.tox_envs() == [env for env, minor in needs.items() if minor == FAKE_MINOR]
         for minor in missing:
             assert f"could not get python{minor}: `pyenv install --skip-existing {minor}` failed: exit 1: curl" in (
                 done.stdout
             )
         for env, minor in needs.items():
-            if minor != THIS_MINOR:
+            if minor != FAKE_MINOR:
                 assert f"run-tests: not run: {env} (no python{minor}; get it: pyenv install {minor}" in done.stdout
 
     def test_uv_fetches_no_interpreter_and_trusts_the_system_certificates(self, tmp_path: Path) -> None:
@@ -334,10 +336,10 @@ class TestRunWithMissingInterpreters:
     def test_a_named_environment_is_required(self, tmp_path: Path) -> None:
         """-e with an environment whose interpreter is missing fails; -e with runnable ones runs just those."""
         machine = FakeMachine(tmp_path)
-        other = next(env for env, minor in default_needs().items() if minor != THIS_MINOR)
+        other = next(env for env, minor in default_needs().items() if minor != FAKE_MINOR)
         assert machine.run("-e", other).returncode == 1
         assert machine.tox_envs() is None
-        mine = [env for env, minor in default_needs().items() if minor == THIS_MINOR]
+        mine = [env for env, minor in default_needs().items() if minor == FAKE_MINOR]
         done = machine.run("-e", ",".join(mine), "--", "-k", "lifecycle")
         assert done.returncode == 0
         assert machine.tox_log.read_text().splitlines()[0].split() == [
@@ -348,3 +350,29 @@ class TestRunWithMissingInterpreters:
             "-k",
             "lifecycle",
         ]
+
+    def test_an_interpreter_get_python_made_is_found(self, tmp_path: Path) -> None:
+        """A python3.X that scripts/get-python put in the user's cache folder is found and put first on tox's PATH."""
+        machine = FakeMachine(tmp_path)
+        minor = tox_matrix.DEBIAN_PYTHONS[0]
+        folder = tmp_path / ".cache" / "graceful-python" / minor / "bin"  # HOME is tmp_path
+        folder.mkdir(parents=True)
+        (folder / f"python{minor}").write_text(f"#!/bin/sh\necho {minor}.0\n")
+        (folder / f"python{minor}").chmod(0o755)
+        done = machine.run()
+        assert done.returncode == 0, done.stdout + done.stderr
+        needs = default_needs()
+        assert minor in needs.values(), "the matrix has no environment on a Python scripts/get-python gets"
+        assert machine.tox_envs() == [env for env, m in needs.items() if m in (FAKE_MINOR, minor)]
+        assert str(folder) in machine.tox_path()
+
+    def test_a_missing_debian_python_is_named_with_get_python(self, tmp_path: Path) -> None:
+        """An environment on a Python Debian 12 lacks is named with scripts/get-python as a way to get it."""
+        machine = FakeMachine(tmp_path)
+        done = machine.run()
+        envs = [env for env, minor in default_needs().items() if minor in tox_matrix.DEBIAN_PYTHONS]
+        assert envs
+        for env in envs:
+            minor = default_needs()[env]
+            named = rf"not run: {env} \(no python{minor}; get it: .* or scripts/get-python {minor}\)"
+            assert re.search(named, done.stdout), done.stdout

@@ -14,19 +14,21 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Processes
+from tests.conftest import Processes, add_figures
 from tests.e2e_harness import (
     DELAY_EDGE,
     OTHER,
+    TABLE_HEADER,
     Run,
     assert_nothing_lost,
     direct_sigterm,
     find_haproxy,
     rolling_restart,
-    table,
 )
 
-pytestmark = [pytest.mark.e2e, pytest.mark.gunicorn, pytest.mark.load]
+# Under pytest-xdist one worker runs these one after the other: two rolling restarts at once on 2
+# cores would measure the machine (tests/conftest.py starts groups first).
+pytestmark = [pytest.mark.e2e, pytest.mark.gunicorn, pytest.mark.load, pytest.mark.xdist_group("load-haproxy")]
 
 WORKER_CLASSES = ["sync", "gthread", "gevent"]
 
@@ -36,18 +38,16 @@ READYZ_FLIP = 0.5
 
 @pytest.fixture(scope="module")
 def report(request: pytest.FixtureRequest) -> Iterator[list[Run]]:
-    """Collect every run of the module; print them side by side at its end."""
+    """Collect every run of the module; printed side by side in the session's summary."""
     runs: list[Run] = []
     yield runs
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    capture = request.config.pluginmanager.get_plugin("capturemanager")
-    if reporter is None or capture is None or not runs:
-        return
-    with capture.global_and_fixture_disabled():  # shown without -s
-        reporter.write_line("")
-        reporter.write_sep("-", "zero loss: graceful vs plain Gunicorn (tests/test_zero_loss.py)")
-        for line in table(runs):
-            reporter.write_line(line)
+    if runs:
+        add_figures(
+            request.config,
+            "zero loss: graceful vs plain Gunicorn (tests/test_zero_loss.py)",
+            TABLE_HEADER,
+            [run.row() for run in runs],
+        )
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from graceful.core.clock import Waitable
 from graceful.core.config import Config
 from graceful.core.delay import DelayEnd, DelayOutcome
 from graceful.core.lifecycle import Lifecycle
@@ -34,10 +35,12 @@ VERSION = "9.9.9"
 def served_lifecycle(**config: Any) -> Lifecycle:
     """A lifecycle on a fake clock that ran a whole shutdown with a hook, a task and some traffic.
 
-    One request is in flight when the drain begins, and ends 20 ms (real) later: the fake
-    clock gives it 0.6 s (real) before it would jump to the drain timeout.
+    One request is in flight when the drain begins; it ends as the drain starts to wait for it
+    (the clock's first wait once the wait group waits), so the drain counts it, with no real time
+    given to a thread to end it.
     """
-    lc = Lifecycle(Config(**{"shutdown_delay": 4, **config}), clock=FakeClock(settle=0.3))
+    clock = FakeClock()
+    lc = Lifecycle(Config(**{"shutdown_delay": 4, **config}), clock=clock)
     lc.pre_shutdown_hook("deregister")(lambda: None)
     lc.cleanup_task("flush")(lambda: None)
     lc.server, lc.worker_class = "graceful serve", "threads"
@@ -46,12 +49,14 @@ def served_lifecycle(**config: Any) -> Lifecycle:
     lc.stats.arrived(stopped=False)
     lc.stats.arrived(stopped=False)
     lc.stats.rejected("max_in_flight")
+    wait_on_clock = clock.wait
 
-    def release_soon(name: str, _at: float) -> None:
-        if name == "HTTPServerStoppedListening":  # just before the drain begins
-            threading.Timer(0.02, release).start()
+    def wait_ending_the_request_once_draining(event: Waitable, timeout: float) -> bool:
+        if lc.in_flight.waiting:
+            release()  # later calls do nothing
+        return wait_on_clock(event, timeout)
 
-    lc.subscribe(release_soon)
+    clock.wait = wait_ending_the_request_once_draining  # type: ignore[method-assign]
     lc.request_shutdown()
     assert lc.cleanup_finished.event.wait(30)
     return lc

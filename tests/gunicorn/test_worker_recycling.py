@@ -26,10 +26,12 @@ from collections.abc import Iterator
 import gunicorn
 import pytest
 
-from tests.conftest import Processes
-from tests.e2e_harness import Gunicorn, LoadGenerator, Record, free_port, markdown_table, without_gevent_2130
+from tests.conftest import Processes, add_figures
+from tests.e2e_harness import Gunicorn, LoadGenerator, Record, free_port, without_gevent_2130
 
-pytestmark = [pytest.mark.e2e, pytest.mark.gunicorn, pytest.mark.release]
+# Under pytest-xdist one worker runs these (and the Flask tutorial under load) one after the other:
+# each keeps 16 clients busy for 8 s (tests/conftest.py starts groups first).
+pytestmark = [pytest.mark.e2e, pytest.mark.gunicorn, pytest.mark.release, pytest.mark.xdist_group("load-recycling")]
 
 #: Seconds of load per run, and keep-alive clients.
 DURATION = 8.0
@@ -118,23 +120,19 @@ SCENARIOS = [
 
 @pytest.fixture(scope="module")
 def report(request: pytest.FixtureRequest) -> Iterator[dict[tuple[str, str], dict[str, str]]]:
-    """Each scenario's summaries, plain and graceful, printed at the end of the module (shown without -s)."""
+    """Each scenario's summaries, plain and graceful, printed in the session's summary (shown without -s)."""
     rows: dict[tuple[str, str], dict[str, str]] = {}
     yield rows
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    capture = request.config.pluginmanager.get_plugin("capturemanager")
-    if reporter is None or capture is None or not rows:
-        return
-    with capture.global_and_fixture_disabled():
-        reporter.write_line("")
-        reporter.write_sep("-", "worker recycling under keep-alive load: client errors / requests")
-        header = ["Gunicorn", "workers", "scenario", "plain", "graceful"]
-        table = [
-            [gunicorn.__version__, worker_class, scenario, seen.get("plain", "-"), seen.get("graceful", "-")]
-            for (worker_class, scenario), seen in rows.items()
-        ]
-        for line in markdown_table(header, table):
-            reporter.write_line(line)
+    if rows:
+        add_figures(
+            request.config,
+            "worker recycling under keep-alive load: client errors / requests",
+            ["Gunicorn", "workers", "scenario", "plain", "graceful"],
+            [
+                [gunicorn.__version__, worker_class, scenario, seen.get("plain", "-"), seen.get("graceful", "-")]
+                for (worker_class, scenario), seen in rows.items()
+            ],
+        )
 
 
 @pytest.mark.parametrize(("worker_class", "scenario"), SCENARIOS)
