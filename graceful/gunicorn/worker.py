@@ -42,6 +42,7 @@ from graceful.core.lifecycle import Lifecycle, NullAdapter, SignalListener
 from graceful.core.record import ROLE_WORKER, part_of
 from graceful.core.registry import PRE_SHUTDOWN_HOOK
 from graceful.gunicorn.adapter.worker import Worker
+from graceful.gunicorn.http2 import Http2Drain
 from graceful.gunicorn.process_stop import ProcessStop
 from graceful.gunicorn.recycling import GthreadStop
 from graceful.gunicorn.shared import SharedState
@@ -130,10 +131,18 @@ class WorkerShutdown:
         worker.guard_accept()
         loop = worker.gthread_loop()
         gthread = None if loop is None else GthreadStop(loop)
-        self.stop.install(lifecycle.config.drain_timeout, gthread, gevent)
+        self.stop.install(lifecycle.config.drain_timeout, gthread, gevent, self._start_http2())
         lifecycle.run_post_start_hooks()
         threading.Thread(target=self._watch, name="graceful-watch", daemon=True).start()
         self._booted = True
+
+    def _start_http2(self) -> Http2Drain | None:
+        """HTTP/2 (Gunicorn 27+ gthread and gevent): GOAWAY from ShutdownInitiated (:mod:`.http2`); None: none here."""
+        drain = Http2Drain(self.lifecycle.shutdown_initiated.name)
+        if self.worker.http2(drain) is None:
+            return None
+        self.lifecycle.subscribe(drain.on_signal)
+        return drain
 
     def _watch(self) -> None:
         """Thread ``graceful-watch``: mirror the master's broadcasts into this worker's lifecycle."""

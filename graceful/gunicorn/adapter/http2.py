@@ -1,0 +1,328 @@
+"""Gunicorn 27's HTTP/2 connections (gthread, gevent): found as they are made, told GOAWAY on their own thread.
+
+Runs in a worker process. Probed once, in ``post_worker_init`` (main
+thread; under gevent after its patch), by :func:`probe_http2`, and only
+when the worker serves HTTP/2 (``h2`` in ``http_protocols``, a gthread or
+gevent worker). Gunicorn 22-26 have no HTTP/2 and the sync worker serves
+HTTP/1.1 only: the probe says "no HTTP/2" and changes nothing. The rules
+(when a connection is told what, which streams are refused) are
+:mod:`graceful.gunicorn.http2`'s; this module carries them out:
+
+* Both workers build an HTTP/2 connection with ``gunicorn.http.get_parser``
+  (looked up at each call). In this process it builds a subclass of
+  Gunicorn's ``HTTP2ServerConnection`` instead, registered with the worker's
+  :class:`Http2Connections`. Nothing differs until the drain is requested.
+* The connection's socket is wrapped: a read waits on the socket and on a
+  wake pipe of the worker's, so a connection whose thread (gthread: one per
+  connection) or greenlet (gevent) sits idle in ``recv()`` acts on the
+  drain at once, on that thread. Every frame is written there: h2's state
+  and an SSL socket are not shared between threads.
+* The GOAWAYs are written as frames (hyperframe) without telling h2: h2's
+  ``close_connection`` moves its state machine to CLOSED, after which every
+  frame of a stream still open (its body, a WINDOW_UPDATE for its response)
+  is a protocol error. h2 is told (Gunicorn's ``close``) only once no stream
+  is open.
+* A stream opened above the final GOAWAY's last-stream-id is refused with
+  RST_STREAM(REFUSED_STREAM) before Gunicorn sees it; the PING's ACK is noted.
+
+Gunicorn 27.0.1 behaviour this works around (to report upstream; drop once
+fixed): on stop, ``workers/gthread.py:663-671`` and
+``workers/base_async.py:201-207`` call ``receive_data(b"")``, which takes
+the peer-closed branch (``http2/connection.py:284-288``: every stream is
+aborted and the connection marked closed), so the ``close()`` that follows
+writes no GOAWAY (``http2/connection.py:968-969``); and nothing in Gunicorn
+sends GOAWAY before its stop, while ``Connection: close`` is stripped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import selectors
+import socket
+import sys
+import threading
+import time
+import weakref
+from typing import Any
+
+from graceful.gunicorn.adapter.release import gunicorn_release
+from graceful.gunicorn.http2 import MAX_STREAM_ID, Action, ConnectionDrain, Http2Drain
+
+__all__ = ["Http2Connections", "http2_enabled", "probe_http2"]
+
+logger = logging.getLogger(__name__)
+
+#: The opaque data of the PING sent with the first GOAWAY (its ACK ends the round trip).
+PING_DATA = b"graceful"
+#: Seconds a closed connection waits for the client's own close (so its last frames are read, not reset).
+LINGER = 1.0
+#: NO_ERROR and REFUSED_STREAM (RFC 9113 section 7).
+NO_ERROR = 0x0
+REFUSED_STREAM = 0x7
+
+# What the subclass overrides or calls on Gunicorn's HTTP2ServerConnection (probed).
+_CONNECTION_NEEDS = ("receive_data", "cleanup_stream", "close", "is_closed", "_handle_event")
+
+
+def http2_enabled(worker: Any) -> bool:
+    """True when the worker's config asks for HTTP/2 (``h2`` in ``http_protocols``; Gunicorn 27+)."""
+    protocols = getattr(getattr(worker, "cfg", None), "http_protocols", None)
+    return isinstance(protocols, (list, tuple)) and "h2" in protocols
+
+
+def _peer(client_addr: Any) -> str:
+    if isinstance(client_addr, tuple) and len(client_addr) >= 2:
+        return f"{client_addr[0]}:{client_addr[1]}"
+    return str(client_addr)
+
+
+class Http2Connections:
+    """This worker's live HTTP/2 connections (:class:`graceful.gunicorn.http2.Http2Server`). Any thread."""
+
+    def __init__(self) -> None:
+        self._live: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._lock = threading.Lock()
+        # Written once, at the drain's request, and never read: a level-triggered broadcast. Each
+        # connection stops watching it once it has seen the request (no spinning on it after).
+        self.wake_read, self._wake_write = os.pipe()
+        os.set_blocking(self._wake_write, False)
+
+    def add(self, connection: Any) -> None:
+        with self._lock:
+            self._live.add(connection)
+
+    def discard(self, connection: Any) -> None:
+        with self._lock:
+            self._live.discard(connection)
+
+    def wake(self) -> None:
+        """See :meth:`graceful.gunicorn.http2.Http2Server.wake`."""
+        with contextlib.suppress(OSError):  # full: every reader is being woken already
+            os.write(self._wake_write, b"w")
+
+    def open_streams(self) -> dict[str, list[int]]:
+        """See :meth:`graceful.gunicorn.http2.Http2Server.open_streams`."""
+        with self._lock:
+            live = list(self._live)
+        # dict(d) copies a dict in one step under the GIL: safe against the owner thread's changes.
+        return {conn.graceful.peer: sorted(dict(conn.streams)) for conn in live if not conn.is_closed}
+
+
+class _Goaway:
+    """One connection's GOAWAY, carried out on its own thread or greenlet."""
+
+    def __init__(self, conn: Any, state: ConnectionDrain, server: Http2Connections) -> None:
+        self.conn = conn
+        #: The connection's own socket (the connection reads through a :class:`_WakeableSocket`).
+        self.sock = conn.sock
+        self.state = state
+        self.server = server
+        self.peer = _peer(getattr(conn, "client_addr", None))
+        self._selector: selectors.BaseSelector | None = None
+        self._watching_wake = False
+
+    def act(self) -> None:
+        """Do what the drain says now: a GOAWAY, or the close once no stream is open."""
+        conn = self.conn
+        if conn.is_closed:
+            self.closed()
+            return
+        action = self.state.next_action(time.monotonic(), len(conn.streams) + len(conn.pending_requests))
+        if action is Action.NOTHING:
+            return
+        h2 = conn.h2_conn
+        try:
+            if action is Action.FIRST_GOAWAY:
+                pending = h2.data_to_send()
+                h2.ping(PING_DATA)
+                self._write(pending + _goaway(MAX_STREAM_ID) + h2.data_to_send())
+                self.state.sent_first(time.monotonic())
+            elif action is Action.FINAL_GOAWAY:
+                last = int(h2.highest_inbound_stream_id)
+                self._write(h2.data_to_send() + _goaway(last))
+                self.state.sent_final(last)
+            else:
+                last = int(h2.highest_inbound_stream_id)
+                self.state.sent_final(last)
+                conn.close(last_stream_id=last)  # h2's GOAWAY (the same last-stream-id), then closed
+                self._linger()
+                self.closed()
+        except OSError:
+            # The socket is gone: nothing more can be told to this client.
+            conn.close()
+            self.closed()
+
+    def _write(self, data: bytes) -> None:
+        self.conn.sock.sendall(data)
+
+    def _linger(self) -> None:
+        """Half-close and read until the client closes (at most LINGER s): a close with unread bytes is a reset."""
+        sock = self.sock
+        try:
+            sock.shutdown(socket.SHUT_WR)
+            deadline = time.monotonic() + LINGER
+            while (left := deadline - time.monotonic()) > 0:
+                sock.settimeout(left)
+                if not sock.recv(65536):
+                    return
+        except OSError:  # timed out or reset: the client is gone or not closing; Gunicorn closes the socket
+            return
+
+    def closed(self) -> None:
+        self.state.close()
+        self.server.discard(self.conn)
+        if self._selector is not None:
+            self._selector.close()
+            self._selector = None
+
+    def recv(self, sock: Any, size: int) -> bytes:
+        """The connection's read (its own thread): wait for data, acting on the drain meanwhile."""
+        timeout = sock.gettimeout()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            self.act()
+            if self.conn.is_closed:
+                return b""  # closed by us with no stream open: what a peer's close looks like to Gunicorn
+            now = time.monotonic()
+            wake_in = self.state.wake_in(now)
+            watch = self.state.waits_for_request()
+            pending = getattr(sock, "pending", None)
+            if (wake_in is None and not watch) or (callable(pending) and pending() > 0):
+                return bytes(sock.recv(size))
+            selector = self._watch(sock, watch)
+            limits = [t for t in (wake_in, None if deadline is None else deadline - now) if t is not None]
+            ready = selector.select(min(limits) if limits else None)
+            if any(key.fd != self.server.wake_read for key, _ in ready):
+                return bytes(sock.recv(size))
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError("timed out")
+
+    def _watch(self, sock: Any, wake: bool) -> selectors.BaseSelector:
+        # Made on first use, on this thread: under gevent, DefaultSelector is gevent's (patched before).
+        if self._selector is None:
+            self._selector = selectors.DefaultSelector()
+            self._selector.register(sock.fileno(), selectors.EVENT_READ)
+        if wake != self._watching_wake:
+            if wake:
+                self._selector.register(self.server.wake_read, selectors.EVENT_READ)
+            else:
+                self._selector.unregister(self.server.wake_read)
+            self._watching_wake = wake
+        return self._selector
+
+
+class _WakeableSocket:
+    """A connection's socket whose ``recv`` also wakes for the drain; everything else is the socket's."""
+
+    def __init__(self, sock: Any, goaway: _Goaway) -> None:
+        self._sock = sock
+        self._goaway = goaway
+
+    def recv(self, size: int) -> bytes:
+        return self._goaway.recv(self._sock, size)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+
+def _goaway(last_stream_id: int) -> bytes:
+    from hyperframe.frame import GoAwayFrame  # h2's own dependency, there whenever Gunicorn serves HTTP/2
+
+    return bytes(GoAwayFrame(0, last_stream_id=last_stream_id, error_code=NO_ERROR).serialize())
+
+
+def _connection_class(base: type, drain: Http2Drain, server: Http2Connections, events: Any) -> type:
+    """A subclass of Gunicorn's HTTP2ServerConnection that drains as :class:`Http2Drain` says."""
+
+    class GoawayConnection(base):  # type: ignore[misc]  # Gunicorn's class, found at run time
+        def __init__(self, cfg: Any, sock: Any, client_addr: Any) -> None:
+            super().__init__(cfg, sock, client_addr)
+            self.graceful = _Goaway(self, drain.connection(), server)
+            self.sock: Any = _WakeableSocket(self.graceful.sock, self.graceful)
+            server.add(self)
+
+        def receive_data(self, data: Any = None) -> Any:
+            if data is None:
+                self.graceful.act()
+            try:
+                return super().receive_data(data)
+            finally:
+                if self.is_closed:
+                    self.graceful.closed()
+
+        def cleanup_stream(self, stream_id: int) -> None:
+            known = stream_id in self.streams
+            super().cleanup_stream(stream_id)
+            if known:
+                self.graceful.state.response_done()
+                self.graceful.act()
+
+        def close(self, error_code: int = NO_ERROR, last_stream_id: int | None = None) -> None:
+            stated = self.graceful.state.last_stream_id
+            if last_stream_id is None or (stated is not None and last_stream_id > stated):
+                # Never more than a GOAWAY already said (RFC 9113 section 6.8); Gunicorn's default is
+                # the highest stream still open, 0 for an idle connection.
+                last_stream_id = stated
+            super().close(error_code=error_code, last_stream_id=last_stream_id)
+            self.graceful.closed()
+
+        def _handle_event(self, event: Any) -> Any:
+            if isinstance(event, events.RequestReceived):
+                if not self.graceful.state.accepts(event.stream_id):
+                    with contextlib.suppress(Exception):  # h2 may have closed it already: nothing to refuse
+                        self.h2_conn.reset_stream(event.stream_id, error_code=REFUSED_STREAM)
+                    return None
+                request = super()._handle_event(event)
+                if request is not None:
+                    self.graceful.state.stream_opened()
+                return request
+            if isinstance(event, events.PingAckReceived) and event.ping_data == PING_DATA:
+                self.graceful.state.ping_acknowledged()
+            return super()._handle_event(event)
+
+    return GoawayConnection
+
+
+def probe_http2(worker: Any, drain: Http2Drain, kind: str | None) -> Http2Connections | None:
+    """``post_worker_init`` (main thread; gevent: after its patch): drain this worker's HTTP/2, or None.
+
+    None, with a DEBUG line, when the worker serves no HTTP/2 (Gunicorn
+    22-26, the sync worker, ``h2`` not in ``http_protocols``); None with a
+    warning when Gunicorn's HTTP/2 lacks what graceful uses. Otherwise every
+    HTTP/2 connection the worker makes from now on drains as ``drain`` says.
+    """
+    if kind not in ("gthread", "gevent") or not http2_enabled(worker):
+        logger.debug("graceful: worker %d: no HTTP/2 (Gunicorn %s, %s worker)", os.getpid(), gunicorn_release(), kind)
+        return None
+    http = sys.modules.get("gunicorn.http")
+    try:
+        from gunicorn.http2.connection import HTTP2ServerConnection
+        from h2 import events
+    except ImportError as exc:
+        missing: str | None = f"an importable HTTP/2 ({exc})"
+    else:
+        missing = next((name for name in _CONNECTION_NEEDS if not hasattr(HTTP2ServerConnection, name)), None)
+        if missing is None and not callable(getattr(http, "get_parser", None)):
+            missing = "gunicorn.http.get_parser"
+    if missing is not None:
+        logger.warning(
+            "graceful: worker %d: Gunicorn %s's HTTP/2 has no %s: HTTP/2 clients get no GOAWAY when it stops",
+            os.getpid(),
+            gunicorn_release(),
+            missing,
+        )
+        return None
+    server = Http2Connections()
+    cls = _connection_class(HTTP2ServerConnection, drain, server, events)
+    get_parser = http.get_parser  # type: ignore[union-attr]  # checked above
+
+    def get_draining_parser(cfg: Any, source: Any, source_addr: Any, http2_connection: bool = False) -> Any:
+        if http2_connection:
+            return cls(cfg, source, source_addr)
+        return get_parser(cfg, source, source_addr)
+
+    http.get_parser = get_draining_parser  # type: ignore[union-attr]  # this worker process only
+    drain.attach(server)
+    return server

@@ -1,0 +1,397 @@
+"""HTTP/2 under a real Gunicorn 27 (gthread, gevent), real SIGTERM, a real HTTP/2 client (the h2 library).
+
+Each case starts tests/live/load_app.py serving HTTP/2 (cleartext with prior
+knowledge, or TLS with ALPN and a certificate made here), keeps a few
+connections busy with several streams each, sends SIGTERM to the master and
+keeps the load on until the server exits. Counted per run: streams in flight
+at SIGTERM lost, streams opened during the delay failed (a REFUSED_STREAM or
+a stream above a GOAWAY's last-stream-id is safe to retry: counted apart),
+the GOAWAYs each connection got, SIGTERM to exit. Graceful's target: 0, 0, a
+GOAWAY(NO_ERROR) on every connection. Plain Gunicorn (``plain``) is run
+beside it and its figures printed, never judged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import http.client
+import random
+import socket
+import ssl
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e_harness import Gunicorn, free_port, graceful_env, markdown_table
+
+h2_connection = pytest.importorskip("h2.connection", reason="HTTP/2 needs the h2 library (the test extra)")
+h2_config = pytest.importorskip("h2.config")
+h2_events = pytest.importorskip("h2.events")
+h2_errors = pytest.importorskip("h2.errors")
+gunicorn = pytest.importorskip("gunicorn")
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.gunicorn,
+    pytest.mark.skipif(
+        int(gunicorn.__version__.split(".")[0]) < 27, reason="Gunicorn serves HTTP/2 from 27 on (22-26: none)"
+    ),
+]
+
+#: Seconds of the shutdown delay and bound of the drain in these runs (short: CI time).
+DELAY = 1.5
+DRAIN = 5.0
+#: Connections, and streams each keeps open at once.
+CONNECTIONS = 4
+CONCURRENCY = 3
+#: The longest /slow stream (ms): some are in flight at SIGTERM and when the listeners close.
+SLOW_MS = 600
+BODY = 2048
+#: Seconds a client waits for a frame before it calls its open streams lost.
+READ_TIMEOUT = 10.0
+
+
+class _ClientH2(h2_connection.H2Connection):  # type: ignore[misc]  # h2 ships no stubs
+    """h2's client connection that keeps reading after a graceful GOAWAY (RFC 9113 section 6.8).
+
+    h2 closes its own state on any GOAWAY, after which the frames of the
+    streams the server still serves would be protocol errors.
+    """
+
+    def _receive_goaway_frame(self, frame: Any) -> Any:
+        if frame.error_code != 0:
+            return super()._receive_goaway_frame(frame)
+        event = h2_events.ConnectionTerminated()
+        event.error_code = frame.error_code
+        event.last_stream_id = frame.last_stream_id
+        event.additional_data = frame.additional_data
+        return [], [event]
+
+
+@dataclass
+class Stream:
+    id: int
+    started: float
+    ended: float | None = None
+    status: int | None = None
+    body: int = 0
+    #: ok, refused (safe to retry), or lost (with why).
+    outcome: str = "open"
+
+
+@dataclass
+class Connection:
+    opened: float
+    streams: list[Stream] = field(default_factory=list)
+    #: (when, last-stream-id, error code) of each GOAWAY.
+    goaways: list[tuple[float, int, int]] = field(default_factory=list)
+    closed: float | None = None
+
+
+class Client:
+    """One client thread: one HTTP/2 connection at a time, ``CONCURRENCY`` streams open; a new connection after GOAWAY."""
+
+    def __init__(self, port: int, tls: ssl.SSLContext | None, stop_at: float, seed: int) -> None:
+        self.port = port
+        self.tls = tls
+        self.stop_at = stop_at
+        self.random = random.Random(seed)
+        self.connections: list[Connection] = []
+        self.refused_connects = 0
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while time.monotonic() < self.stop_at:
+            try:
+                sock = socket.create_connection(("127.0.0.1", self.port), timeout=READ_TIMEOUT)
+            except OSError:
+                self.refused_connects += 1  # the server stopped listening: a balancer has dropped it
+                return
+            try:
+                if self.tls is not None:
+                    sock = self.tls.wrap_socket(sock, server_hostname="localhost")
+                    assert sock.selected_alpn_protocol() == "h2"
+                self._serve(sock)
+            except (OSError, AssertionError):
+                pass
+            finally:
+                sock.close()
+
+    def _open(self, h2: Any, conn: Connection) -> None:
+        sid = h2.get_next_available_stream_id()
+        ms = self.random.choice((0, 0, 50, 200, SLOW_MS))
+        path = f"/slow?ms={ms}&bytes={BODY}"
+        headers = [(":method", "GET"), (":path", path), (":scheme", "http"), (":authority", "127.0.0.1")]
+        h2.send_headers(sid, headers, end_stream=True)
+        conn.streams.append(Stream(sid, time.monotonic()))
+
+    def _serve(self, sock: socket.socket) -> None:
+        conn = Connection(time.monotonic())
+        self.connections.append(conn)
+        h2 = _ClientH2(h2_config.H2Configuration(client_side=True, header_encoding="utf-8"))
+        h2.initiate_connection()
+        by_id: dict[int, Stream] = {}
+        sock.settimeout(READ_TIMEOUT)
+        try:
+            while True:
+                open_streams = [s for s in conn.streams if s.outcome == "open"]
+                while not conn.goaways and len(open_streams) < CONCURRENCY and time.monotonic() < self.stop_at:
+                    self._open(h2, conn)
+                    by_id[conn.streams[-1].id] = conn.streams[-1]
+                    open_streams.append(conn.streams[-1])
+                sock.sendall(h2.data_to_send())
+                if not open_streams:
+                    return
+                data = sock.recv(65536)
+                if not data:
+                    self._end(open_streams, conn, "lost: connection closed")
+                    return
+                for event in h2.receive_data(data):
+                    self._on_event(event, h2, conn, by_id)
+        except TimeoutError:
+            self._end([s for s in conn.streams if s.outcome == "open"], conn, "lost: timed out")
+        except OSError as exc:
+            self._end([s for s in conn.streams if s.outcome == "open"], conn, f"lost: {exc!r}")
+        finally:
+            conn.closed = time.monotonic()
+
+    def _end(self, streams: list[Stream], conn: Connection, why: str) -> None:
+        last = conn.goaways[-1][1] if conn.goaways else None
+        for stream in streams:
+            stream.ended = time.monotonic()
+            # Above a GOAWAY's last-stream-id the server said it did not process it: safe to retry.
+            stream.outcome = "refused" if last is not None and stream.id > last else why
+
+    def _on_event(self, event: Any, h2: Any, conn: Connection, by_id: dict[int, Stream]) -> None:
+        stream = by_id.get(getattr(event, "stream_id", 0) or 0)
+        if isinstance(event, h2_events.ResponseReceived) and stream is not None:
+            stream.status = int(dict(event.headers)[":status"])
+        elif isinstance(event, h2_events.DataReceived) and stream is not None:
+            stream.body += len(event.data)
+            h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+        elif isinstance(event, h2_events.StreamEnded) and stream is not None:
+            stream.ended = time.monotonic()
+            stream.outcome = "ok" if stream.status == 200 and stream.body == BODY else "lost: incomplete"
+        elif isinstance(event, h2_events.StreamReset) and stream is not None:
+            stream.ended = time.monotonic()
+            refused = event.error_code == h2_errors.ErrorCodes.REFUSED_STREAM
+            stream.outcome = "refused" if refused else f"lost: reset {event.error_code!r}"
+        elif isinstance(event, h2_events.ConnectionTerminated):
+            conn.goaways.append((time.monotonic(), int(event.last_stream_id), int(event.error_code)))
+            above = [s for s in conn.streams if s.outcome == "open" and s.id > event.last_stream_id]
+            self._end(above, conn, "refused")
+
+
+@dataclass
+class Http2Run:
+    worker: str
+    transport: str
+    graceful: bool
+    sigterm_at: float
+    exited_at: float
+    returncode: int
+    clients: list[Client]
+    log: str
+    problems: list[str]
+
+    @property
+    def connections(self) -> list[Connection]:
+        return [c for client in self.clients for c in client.connections]
+
+    @property
+    def streams(self) -> list[Stream]:
+        return [s for c in self.connections for s in c.streams]
+
+    def lost(self, streams: list[Stream]) -> list[Stream]:
+        return [s for s in streams if s.outcome.startswith("lost") or s.outcome == "open"]
+
+    def in_flight_at_sigterm(self) -> list[Stream]:
+        return [s for s in self.streams if s.started < self.sigterm_at and (s.ended or 1e18) > self.sigterm_at]
+
+    def opened_during_delay(self) -> list[Stream]:
+        return [s for s in self.streams if self.sigterm_at <= s.started < self.sigterm_at + DELAY]
+
+    def live_at_sigterm(self) -> list[Connection]:
+        """Connections open at SIGTERM or made after it."""
+        return [c for c in self.connections if (c.closed or 1e18) > self.sigterm_at]
+
+    def row(self) -> list[str]:
+        live = self.live_at_sigterm()
+        told = [c for c in live if any(code == 0 for _t, _last, code in c.goaways)]
+        refused = [s for s in self.streams if s.started >= self.sigterm_at and s.outcome == "refused"]
+        return [
+            "graceful" if self.graceful else "plain",
+            self.worker,
+            self.transport,
+            f"{len(self.lost(self.in_flight_at_sigterm()))}/{len(self.in_flight_at_sigterm())}",
+            f"{len(self.lost(self.opened_during_delay()))}/{len(self.opened_during_delay())}",
+            str(len(refused)),
+            f"{len(told)}/{len(live)}",
+            f"{self.exited_at - self.sigterm_at:.1f}",
+        ]
+
+    def describe(self) -> str:
+        lost = self.lost(self.streams)
+        lines = [f"{s.id} {s.outcome} started {s.started - self.sigterm_at:+.2f}s" for s in lost[:12]]
+        return "\n".join([*lines, self.log])
+
+
+HEADER = [
+    "server",
+    "worker",
+    "transport",
+    "in flight at SIGTERM lost",
+    "opened during the delay failed",
+    "refused (safe to retry)",
+    "connections told GOAWAY",
+    "SIGTERM to exit (s)",
+]
+
+
+def self_signed(directory: Path) -> tuple[Path, Path]:
+    """A key and a certificate for localhost/127.0.0.1, made now (cryptography)."""
+    crypto = pytest.importorskip("cryptography")
+    del crypto
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .sign(key, hashes.SHA256())
+    )
+    key_path, cert_path = directory / "key.pem", directory / "cert.pem"
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return key_path, cert_path
+
+
+def http2_server_args(transport: str, directory: Path) -> tuple[list[str], ssl.SSLContext | None]:
+    """Gunicorn's HTTP/2 arguments for ``transport`` (cleartext or tls), and the client's TLS context."""
+    if transport == "cleartext":
+        return ["--http-protocols", "h2,h1", "--http2-cleartext", "both"], None
+    key, cert = self_signed(directory)
+    context = ssl.create_default_context(cafile=str(cert))
+    context.set_alpn_protocols(["h2"])
+    return ["--http-protocols", "h2,h1", "--keyfile", str(key), "--certfile", str(cert)], context
+
+
+def wait_ready(instance: Gunicorn, tls: ssl.SSLContext | None) -> None:
+    """Until the instance answers (bounded); over TLS the harness's plain HTTP/1.1 probe cannot."""
+    if tls is None:
+        instance.wait_ready()
+        return
+    deadline = time.monotonic() + 20.0
+    while time.monotonic() < deadline:
+        assert instance.proc is not None and instance.proc.poll() is None, instance.log()
+        with contextlib.suppress(OSError):
+            http1 = ssl.create_default_context()
+            http1.check_hostname = False
+            http1.verify_mode = ssl.CERT_NONE  # a readiness poll of our own server on 127.0.0.1
+            conn = http.client.HTTPSConnection("127.0.0.1", instance.port, timeout=1.0, context=http1)
+            conn.request("GET", "/readyz")
+            if conn.getresponse().status == 200:
+                return
+        time.sleep(0.05)
+    raise AssertionError(f"not ready:\n{instance.log()}")
+
+
+def sigterm_under_http2_load(
+    processes: Any, tmp_path: Path, worker: str, transport: str, *, graceful: bool, warm_up: float = 1.0
+) -> Http2Run:
+    """One instance under HTTP/2 load; SIGTERM; the load goes on until it exits (bounded)."""
+    args, tls = http2_server_args(transport, tmp_path)
+    env = {**graceful_env(DELAY, DRAIN), "GRACEFUL_GRACE_PERIOD": "30"} if graceful else {}
+    instance = Gunicorn(processes, free_port(), worker, graceful=graceful, env=env, args=args, name=f"h2-{worker}")
+    try:
+        instance.start()
+        wait_ready(instance, tls)
+        stop_at = time.monotonic() + warm_up + DELAY + DRAIN + 10.0
+        clients = [Client(instance.port, tls, stop_at, seed) for seed in range(CONNECTIONS)]
+        for client in clients:
+            client.thread.start()
+        time.sleep(warm_up)
+        sigterm_at = instance.terminate()
+        returncode = instance.wait_exit(timeout=DELAY + DRAIN + 20.0)
+        for client in clients:
+            client.thread.join(READ_TIMEOUT + 5.0)
+        assert instance.exited_at is not None
+        return Http2Run(
+            worker,
+            transport,
+            graceful,
+            sigterm_at,
+            instance.exited_at,
+            returncode,
+            clients,
+            instance.log(40),
+            instance.problems() if graceful else [],
+        )
+    finally:
+        instance.kill()
+
+
+def report(run: Http2Run) -> None:
+    print()
+    print("\n".join(markdown_table(HEADER, [run.row()])))
+
+
+CASES = [("gthread", "cleartext"), ("gevent", "cleartext"), ("gthread", "tls"), ("gevent", "tls")]
+
+
+class TestGracefulHttp2:
+    @pytest.mark.parametrize(("worker", "transport"), CASES)
+    def test_sigterm_under_http2_load_loses_no_stream(
+        self, processes: Any, tmp_path: Path, worker: str, transport: str
+    ) -> None:
+        """Under HTTP/2 load, SIGTERM loses no stream, every connection gets GOAWAY(NO_ERROR), exit 0."""
+        run = sigterm_under_http2_load(processes, tmp_path, worker, transport, graceful=True)
+        report(run)
+        assert run.returncode == 0, run.describe()
+        in_flight = run.in_flight_at_sigterm()
+        assert in_flight, "no stream was in flight at SIGTERM"
+        assert run.lost(in_flight) == [], run.describe()
+        during = run.opened_during_delay()
+        assert len(during) > 5, "too few streams opened during the delay to tell"
+        assert run.lost(during) == [], run.describe()
+        assert run.lost(run.streams) == [], run.describe()
+        live = run.live_at_sigterm()
+        assert live and all(c.goaways and c.goaways[0][2] == 0 for c in live), run.describe()
+        # The last GOAWAY names the highest stream the connection served: nothing above it was served.
+        for conn in live:
+            last = conn.goaways[-1][1]
+            assert all(s.id <= last for s in conn.streams if s.outcome == "ok"), run.describe()
+        assert run.problems == []
+
+
+@pytest.mark.plain
+class TestPlainGunicornHttp2:
+    @pytest.mark.parametrize(("worker", "transport"), CASES[:2])
+    def test_plain_gunicorn_under_http2_load(self, processes: Any, tmp_path: Path, worker: str, transport: str) -> None:
+        """Plain Gunicorn 27 under the same load: its figures, printed beside graceful's, not judged."""
+        run = sigterm_under_http2_load(processes, tmp_path, worker, transport, graceful=False)
+        report(run)
+        assert run.streams, "the load ran"
