@@ -95,7 +95,8 @@ def main() -> int:
         processes.cleanup()
     plain, graceful = statistics.median(rates["plain"]), statistics.median(rates["graceful"])
     ratio = statistics.median(ratios)
-    print(f"\nHTTP/2 {args.worker}, h2load -c {args.clients} -m {args.streams}, {args.rounds} x {args.seconds:g} s each")
+    load = f"h2load -c {args.clients} -m {args.streams}, {args.rounds} x {args.seconds:g} s each"
+    print(f"\nHTTP/2 {args.worker}, {load}")
     print(f"plain    median {plain:10.1f} req/s  failed {errors['plain']}")
     print(f"graceful median {graceful:10.1f} req/s  failed {errors['graceful']}")
     print(f"graceful/plain (median of the rounds' ratios) {ratio:.3f}  (target >= 0.97)")

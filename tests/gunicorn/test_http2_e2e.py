@@ -94,7 +94,7 @@ class Connection:
 
 
 class Client:
-    """One client thread: one HTTP/2 connection at a time, ``CONCURRENCY`` streams open; a new connection after GOAWAY."""
+    """One client thread: one HTTP/2 connection at a time, ``CONCURRENCY`` streams open; a new one after GOAWAY."""
 
     def __init__(self, port: int, tls: ssl.SSLContext | None, stop_at: float, seed: int) -> None:
         self.port = port
