@@ -321,8 +321,44 @@ def wait_ready(instance: Gunicorn, tls: ssl.SSLContext | None) -> None:
     raise AssertionError(f"not ready:\n{instance.log()}")
 
 
-def sigterm_under_http2_load(
-    processes: Any, tmp_path: Path, worker: str, transport: str, *, graceful: bool, warm_up: float = 1.0
+class Http1Client:
+    """A keep-alive HTTP/1.1 client on the same port (cleartext), one request after another (bounded)."""
+
+    def __init__(self, port: int, stop_at: float) -> None:
+        self.port = port
+        self.stop_at = stop_at
+        #: (sent at, status or the error, the Connection header).
+        self.results: list[tuple[float, str, str]] = []
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=READ_TIMEOUT)
+        while time.monotonic() < self.stop_at:
+            sent = time.monotonic()
+            try:
+                conn.request("GET", f"/slow?ms=20&bytes={BODY}")
+                response = conn.getresponse()
+                ok = response.status == 200 and len(response.read()) == BODY
+                self.results.append((sent, "ok" if ok else "incomplete", response.getheader("Connection") or ""))
+                if response.will_close:
+                    conn.close()
+            except (OSError, http.client.HTTPException) as exc:
+                self.results.append((sent, repr(exc), ""))
+                conn.close()
+                if isinstance(exc, ConnectionRefusedError):
+                    return  # the server stopped listening
+        conn.close()
+
+
+def under_http2_load(
+    processes: Any,
+    tmp_path: Path,
+    worker: str,
+    transport: str,
+    *,
+    graceful: bool,
+    warm_up: float = 1.0,
+    http1: Http1Client | None = None,
 ) -> Http2Run:
     """One instance under HTTP/2 load; SIGTERM; the load goes on until it exits (bounded)."""
     args, tls = http2_server_args(transport, tmp_path)
@@ -335,11 +371,16 @@ def sigterm_under_http2_load(
         clients = [Client(instance.port, tls, stop_at, seed) for seed in range(CONNECTIONS)]
         for client in clients:
             client.thread.start()
+        if http1 is not None:
+            http1.port, http1.stop_at = instance.port, stop_at
+            http1.thread.start()
         time.sleep(warm_up)
         sigterm_at = instance.terminate()
         returncode = instance.wait_exit(timeout=DELAY + DRAIN + 20.0)
         for client in clients:
             client.thread.join(READ_TIMEOUT + 5.0)
+        if http1 is not None:
+            http1.thread.join(READ_TIMEOUT + 5.0)
         assert instance.exited_at is not None
         return Http2Run(
             worker,
@@ -370,7 +411,7 @@ class TestGracefulHttp2:
         self, processes: Any, tmp_path: Path, worker: str, transport: str
     ) -> None:
         """Under HTTP/2 load, SIGTERM loses no stream, every connection gets GOAWAY(NO_ERROR), exit 0."""
-        run = sigterm_under_http2_load(processes, tmp_path, worker, transport, graceful=True)
+        run = under_http2_load(processes, tmp_path, worker, transport, graceful=True)
         report(run)
         assert run.returncode == 0, run.describe()
         in_flight = run.in_flight_at_sigterm()
@@ -389,11 +430,59 @@ class TestGracefulHttp2:
         assert run.problems == []
 
 
+    @pytest.mark.parametrize("worker", ["gthread", "gevent"])
+    def test_http1_clients_on_the_same_port_are_unchanged(self, processes: Any, tmp_path: Path, worker: str) -> None:
+        """An HTTP/1.1 keep-alive client beside the HTTP/2 load: served to the delay's end, Connection: close in it."""
+        http1 = Http1Client(0, 0.0)
+        run = under_http2_load(processes, tmp_path, worker, "cleartext", graceful=True, http1=http1)
+        report(run)
+        assert run.returncode == 0, run.describe()
+        assert run.lost(run.streams) == [], run.describe()
+        until_delay_end = [r for r in http1.results if r[0] < run.sigterm_at + DELAY - 0.2]
+        assert len(until_delay_end) > 10 and all(r[1] == "ok" for r in until_delay_end), http1.results
+        during = [r for r in until_delay_end if r[0] > run.sigterm_at + 0.2]
+        assert during and all(r[2] == "close" for r in during), http1.results
+
+    def test_an_idle_http2_connection_is_closed_and_holds_nothing(self, processes: Any, tmp_path: Path) -> None:
+        """An idle HTTP/2 connection gets both GOAWAYs and is closed in the delay: the drain does not wait for it."""
+        args, _tls = http2_server_args("cleartext", tmp_path)
+        # Gunicorn closes an idle HTTP/2 connection at its keep-alive timeout (2 s by default): not this one.
+        args += ["--keep-alive", "30"]
+        env = {**graceful_env(DELAY, DRAIN), "GRACEFUL_GRACE_PERIOD": "30"}
+        instance = Gunicorn(processes, free_port(), "gthread", graceful=True, env=env, args=args, name="h2-idle")
+        try:
+            instance.start()
+            instance.wait_ready()
+            sock = socket.create_connection(("127.0.0.1", instance.port), timeout=READ_TIMEOUT)
+            h2 = _ClientH2(h2_config.H2Configuration(client_side=True, header_encoding="utf-8"))
+            h2.initiate_connection()
+            sock.sendall(h2.data_to_send())
+            sigterm_at = instance.terminate()
+            goaways: list[tuple[float, int, int]] = []
+            with sock:
+                while data := sock.recv(65536):  # bounded by READ_TIMEOUT: raises if the server never closes
+                    for event in h2.receive_data(data):
+                        if isinstance(event, h2_events.ConnectionTerminated):
+                            goaways.append((time.monotonic(), int(event.last_stream_id), int(event.error_code)))
+                    sock.sendall(h2.data_to_send())  # the SETTINGS and PING acknowledgements
+            closed_at = time.monotonic()
+            returncode = instance.wait_exit(timeout=DELAY + DRAIN + 20.0)
+        finally:
+            instance.kill()
+        assert returncode == 0
+        assert [(last, code) for _at, last, code in goaways][:1] == [(2**31 - 1, 0)]
+        assert [(last, code) for _at, last, code in goaways][1:] == [(0, 0)]
+        # Closed in the delay, not at the drain's deadline (DELAY + DRAIN after the SIGTERM).
+        assert closed_at - sigterm_at < DELAY, instance.log()
+        assert "still open at the drain's deadline" not in instance.log(200)
+        assert instance.exited_at is not None and instance.exited_at - sigterm_at < DELAY + DRAIN, instance.log()
+
+
 @pytest.mark.plain
 class TestPlainGunicornHttp2:
     @pytest.mark.parametrize(("worker", "transport"), CASES[:2])
     def test_plain_gunicorn_under_http2_load(self, processes: Any, tmp_path: Path, worker: str, transport: str) -> None:
         """Plain Gunicorn 27 under the same load: its figures, printed beside graceful's, not judged."""
-        run = sigterm_under_http2_load(processes, tmp_path, worker, transport, graceful=False)
+        run = under_http2_load(processes, tmp_path, worker, transport, graceful=False)
         report(run)
         assert run.streams, "the load ran"
