@@ -272,4 +272,3 @@ class TestProbe:
         drain, _clock = drain_with()
         assert probe_http2(GunicornWorker(None), drain, "gthread") is None
         assert drain.server is None
-

@@ -429,7 +429,6 @@ class TestGracefulHttp2:
             assert all(s.id <= last for s in conn.streams if s.outcome == "ok"), run.describe()
         assert run.problems == []
 
-
     @pytest.mark.parametrize("worker", ["gthread", "gevent"])
     def test_http1_clients_on_the_same_port_are_unchanged(self, processes: Any, tmp_path: Path, worker: str) -> None:
         """An HTTP/1.1 keep-alive client beside the HTTP/2 load: served to the delay's end, Connection: close in it."""
