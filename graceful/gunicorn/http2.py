@@ -12,7 +12,8 @@ section 6.8 says, one connection at a time::
 
     T0  the worker's ShutdownInitiated (or its process stop begins)
         -> every HTTP/2 connection: GOAWAY(NO_ERROR, last-stream-id 2^31-1) + PING
-           (a connection made after T0: after its first response)
+           (a connection made after T0: after its first response, or when the worker's
+           stop begins, whichever is first)
     T1  the PING's ACK (one round trip; at most ROUND_TRIP_TIMEOUT after)
         -> GOAWAY(NO_ERROR, last-stream-id = the highest stream the client opened)
            streams above it are refused with RST_STREAM(REFUSED_STREAM): safe to retry
@@ -71,6 +72,9 @@ class Http2Server(Protocol):
     def wake(self) -> None:
         """Wake every connection waiting for data, so that it acts on the drain's request."""
 
+    def wake_stopping(self) -> None:
+        """Wake the connections made after the request that have had no response yet: the worker stops."""
+
     def open_streams(self) -> dict[str, list[int]]:
         """The streams open now on each live HTTP/2 connection, by peer address."""
 
@@ -101,9 +105,13 @@ class ConnectionDrain:
             if not self.acknowledged and now - self.first_sent_at < ROUND_TRIP_TIMEOUT:
                 return Action.NOTHING
             return Action.CLOSE if open_streams == 0 else Action.FINAL_GOAWAY
-        if not self._drain.requested or (self.made_after_request and self.responses == 0):
+        if not self._drain.requested or self._spared():
             return Action.NOTHING
         return Action.FIRST_GOAWAY
+
+    def _spared(self) -> bool:
+        # Made during the delay: served first, unless the worker stops before its first response.
+        return self.made_after_request and self.responses == 0 and not self._drain.stopping
 
     def wake_in(self, now: float) -> float | None:
         """Seconds until :meth:`next_action` may change without any frame arriving; None: only a frame or a wake."""
@@ -111,9 +119,13 @@ class ConnectionDrain:
             return None
         return max(0.0, self.first_sent_at + ROUND_TRIP_TIMEOUT - now)
 
-    def waits_for_request(self) -> bool:
-        """True while the drain's request (a wake) could change :meth:`next_action`."""
-        return not self._drain.requested and not self.closed
+    def watches(self) -> str | None:
+        """Which wake could change :meth:`next_action` now: ``"request"``, ``"stopping"``, or None."""
+        if self.closed or self.first_sent_at is not None:
+            return None
+        if not self._drain.requested:
+            return "request"
+        return "stopping" if self._spared() else None
 
     def accepts(self, stream_id: int) -> bool:
         """False for a stream the client opened above the final GOAWAY's last-stream-id (refused, counted)."""
@@ -177,6 +189,8 @@ class Http2Drain:
         self.clock = clock
         #: Monotonic time the GOAWAY was requested (ShutdownInitiated, or the process stop's start).
         self.requested_at: float | None = None
+        #: True once the worker stops (its stop began): connections made during the delay get GOAWAY too.
+        self.stopping = False
         self.counts = Http2Counts()
         self.server: Http2Server | None = None
         self._lock = threading.Lock()
@@ -209,6 +223,16 @@ class Http2Drain:
         if self.server is not None:
             self.server.wake()
         return True
+
+    def stop(self) -> None:
+        """The worker's stop began (any thread, not a signal handler): every connection is told GOAWAY now."""
+        self.request()
+        with self._lock:
+            if self.stopping:
+                return
+            self.stopping = True
+        if self.server is not None:
+            self.server.wake_stopping()
 
     def on_signal(self, name: str, _at: float) -> None:
         """A lifecycle listener (the firing thread): the trigger (ShutdownInitiated) requests the GOAWAY."""

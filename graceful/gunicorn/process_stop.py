@@ -160,7 +160,7 @@ class ProcessStop:
                 # line, or a worker that has nothing to drain exits before the thread writes it.
                 logger.info("graceful: worker %d stopping (%s)", self.pid, reason.value)
         if self.http2 is not None:
-            self.http2.request()  # GOAWAY on every HTTP/2 connection (already, if the server's shutdown)
+            self.http2.stop()  # GOAWAY on every HTTP/2 connection (most had it at ShutdownInitiated)
         return True
 
     def reason_now(self) -> StopReason | None:

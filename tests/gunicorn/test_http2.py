@@ -28,9 +28,13 @@ class FakeServer:
     def __init__(self, streams: dict[str, list[int]] | None = None) -> None:
         self.streams = streams or {}
         self.wakes = 0
+        self.stopping_wakes = 0
 
     def wake(self) -> None:
         self.wakes += 1
+
+    def wake_stopping(self) -> None:
+        self.stopping_wakes += 1
 
     def open_streams(self) -> dict[str, list[int]]:
         return dict(self.streams)
@@ -66,14 +70,14 @@ class TestConnectionSteps:
         drain, clock = drain_with()
         conn = drain.connection()
         assert conn.next_action(clock(), open_streams=3) is Action.NOTHING
-        assert conn.waits_for_request()
+        assert conn.watches() == "request"
 
     def test_two_step_goaway_then_close_once_the_last_stream_ends(self) -> None:
         """GOAWAY(2^31-1) first; after the PING's ACK the real last-stream-id; close when no stream is open."""
         drain, clock = drain_with(FakeServer())
         conn = drain.connection()
         drain.request()
-        assert not conn.waits_for_request()
+        assert conn.watches() is None
         steps = [conn.next_action(clock(), open_streams=2)]
         conn.sent_first(clock())
         steps.append(conn.next_action(clock(), open_streams=2))  # waiting for the round trip
@@ -126,6 +130,19 @@ class TestConnectionSteps:
         conn.response_done()
         assert conn.next_action(clock(), open_streams=0) is Action.FIRST_GOAWAY
 
+    def test_a_connection_made_during_the_delay_is_told_when_the_worker_stops(self) -> None:
+        """One that had no response yet gets GOAWAY once the worker's stop begins, and watches for it till then."""
+        server = FakeServer()
+        drain, clock = drain_with(server)
+        drain.request()
+        conn = drain.connection()
+        assert conn.watches() == "stopping"
+        drain.stop()
+        assert server.stopping_wakes == 1
+        assert conn.next_action(clock(), open_streams=0) is Action.FIRST_GOAWAY
+        conn.sent_first(clock())
+        assert conn.watches() is None
+
     def test_streams_above_the_last_stream_id_are_refused_and_counted(self) -> None:
         """Before the final GOAWAY every stream is served; after it, only those up to its last-stream-id."""
         drain, _clock = drain_with()
@@ -142,7 +159,7 @@ class TestConnectionSteps:
         drain.request()
         conn.close()
         assert conn.next_action(clock(), open_streams=0) is Action.NOTHING
-        assert not conn.waits_for_request()
+        assert conn.watches() is None
 
 
 class TestDrain:
@@ -155,6 +172,15 @@ class TestDrain:
         assert not drain.request()
         assert drain.requested_at == 100.0
         assert server.wakes == 1
+
+    def test_the_workers_stop_requests_and_wakes_once(self) -> None:
+        """stop() requests the GOAWAY too (a process stop) and wakes the spared connections once."""
+        server = FakeServer()
+        drain, _clock = drain_with(server)
+        drain.stop()
+        drain.stop()
+        assert drain.requested and drain.stopping
+        assert (server.wakes, server.stopping_wakes) == (1, 1)
 
     def test_only_the_trigger_signal_requests(self) -> None:
         """As a lifecycle listener it acts on ShutdownInitiated only."""
@@ -220,7 +246,7 @@ class TestProcessStop:
         drain, _clock = drain_with(FakeServer())
         stop.http2 = drain
         stop.begin(StopReason.RECYCLED)
-        assert drain.requested
+        assert drain.requested and drain.stopping
 
     def test_gevent_serving_http2_holds_gunicorns_term(self) -> None:
         """With HTTP/2, the OS handler leaves Gunicorn's SIGTERM handler to the graceful-stop thread."""

@@ -314,9 +314,12 @@ def wait_ready(instance: Gunicorn, tls: ssl.SSLContext | None) -> None:
             http1.check_hostname = False
             http1.verify_mode = ssl.CERT_NONE  # a readiness poll of our own server on 127.0.0.1
             conn = http.client.HTTPSConnection("127.0.0.1", instance.port, timeout=1.0, context=http1)
-            conn.request("GET", "/readyz")
-            if conn.getresponse().status == 200:
-                return
+            try:
+                conn.request("GET", "/readyz")
+                if conn.getresponse().status == 200:
+                    return
+            finally:
+                conn.close()
         time.sleep(0.05)
     raise AssertionError(f"not ready:\n{instance.log()}")
 
@@ -455,6 +458,9 @@ class TestGracefulHttp2:
             sock = socket.create_connection(("127.0.0.1", instance.port), timeout=READ_TIMEOUT)
             h2 = _ClientH2(h2_config.H2Configuration(client_side=True, header_encoding="utf-8"))
             h2.initiate_connection()
+            sock.sendall(h2.data_to_send())
+            # The server's SETTINGS: it has made the connection, before the SIGTERM.
+            assert any(isinstance(e, h2_events.RemoteSettingsChanged) for e in h2.receive_data(sock.recv(65536)))
             sock.sendall(h2.data_to_send())
             sigterm_at = instance.terminate()
             goaways: list[tuple[float, int, int]] = []

@@ -38,17 +38,19 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
-import selectors
+import select
 import socket
 import sys
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 from graceful.gunicorn.adapter.release import gunicorn_release
-from graceful.gunicorn.http2 import MAX_STREAM_ID, Action, ConnectionDrain, Http2Drain
+from graceful.gunicorn.http2 import MAX_STREAM_ID, Action, Http2Drain
 
 __all__ = ["Http2Connections", "http2_enabled", "probe_http2"]
 
@@ -84,10 +86,12 @@ class Http2Connections:
     def __init__(self) -> None:
         self._live: weakref.WeakSet[Any] = weakref.WeakSet()
         self._lock = threading.Lock()
-        # Written once, at the drain's request, and never read: a level-triggered broadcast. Each
-        # connection stops watching it once it has seen the request (no spinning on it after).
+        # Each written once (the drain's request; the worker's stop) and never read: level-triggered
+        # broadcasts. A connection watches one only while it could change what it does (no spinning).
         self.wake_read, self._wake_write = os.pipe()
+        self.stopping_read, self._stopping_write = os.pipe()
         os.set_blocking(self._wake_write, False)
+        os.set_blocking(self._stopping_write, False)
 
     def add(self, connection: Any) -> None:
         with self._lock:
@@ -102,6 +106,11 @@ class Http2Connections:
         with contextlib.suppress(OSError):  # full: every reader is being woken already
             os.write(self._wake_write, b"w")
 
+    def wake_stopping(self) -> None:
+        """See :meth:`graceful.gunicorn.http2.Http2Server.wake_stopping`."""
+        with contextlib.suppress(OSError):  # full: every reader is being woken already
+            os.write(self._stopping_write, b"s")
+
     def open_streams(self) -> dict[str, list[int]]:
         """See :meth:`graceful.gunicorn.http2.Http2Server.open_streams`."""
         with self._lock:
@@ -113,19 +122,25 @@ class Http2Connections:
 class _Goaway:
     """One connection's GOAWAY, carried out on its own thread or greenlet."""
 
-    def __init__(self, conn: Any, state: ConnectionDrain, server: Http2Connections) -> None:
+    def __init__(self, conn: Any, drain: Http2Drain, server: Http2Connections) -> None:
         self.conn = conn
+        self.drain = drain
+        self.state = drain.connection()
         #: The connection's own socket (the connection reads through a :class:`_WakeableSocket`).
         self.sock = conn.sock
-        self.state = state
         self.server = server
         self.peer = _peer(getattr(conn, "client_addr", None))
-        self._selector: selectors.BaseSelector | None = None
-        self._watching_wake = False
+        self._poll: Any = None
+        self._fd = -1
+        self._pending: Callable[[], int] | None = None
+        #: The wake pipe this connection's poll watches now, if any.
+        self._watching: int | None = None
 
     def act(self) -> None:
         """Do what the drain says now: a GOAWAY, or the close once no stream is open."""
         conn = self.conn
+        if not self.drain.requested:
+            return  # the common case: serving, no drain requested
         if conn.is_closed:
             self.closed()
             return
@@ -173,44 +188,53 @@ class _Goaway:
     def closed(self) -> None:
         self.state.close()
         self.server.discard(self.conn)
-        if self._selector is not None:
-            self._selector.close()
-            self._selector = None
 
     def recv(self, sock: Any, size: int) -> bytes:
-        """The connection's read (its own thread): wait for data, acting on the drain meanwhile."""
+        """The connection's read (its own thread): wait for data, acting on the drain meanwhile.
+
+        Every HTTP/2 read of the worker comes here: until the drain is
+        requested, one ``poll()`` on the socket and the wake pipe.
+        """
         timeout = sock.gettimeout()
         deadline = None if timeout is None else time.monotonic() + timeout
+        poller = self._poller(sock)
         while True:
+            if self._pending is not None and self._pending() > 0:
+                return bytes(sock.recv(size))  # TLS: decrypted bytes wait in the SSL object, not the socket
+            self._watch(self.state.watches())
             self.act()
             if self.conn.is_closed:
                 return b""  # closed by us with no stream open: what a peer's close looks like to Gunicorn
             now = time.monotonic()
             wake_in = self.state.wake_in(now)
-            watch = self.state.waits_for_request()
-            pending = getattr(sock, "pending", None)
-            if (wake_in is None and not watch) or (callable(pending) and pending() > 0):
-                return bytes(sock.recv(size))
-            selector = self._watch(sock, watch)
+            if self._watching is None and wake_in is None:
+                return bytes(sock.recv(size))  # only a frame can change what to do now
             limits = [t for t in (wake_in, None if deadline is None else deadline - now) if t is not None]
-            ready = selector.select(min(limits) if limits else None)
-            if any(key.fd != self.server.wake_read for key, _ in ready):
+            ready = poller.poll(math.ceil(max(0.0, min(limits)) * 1000) if limits else None)
+            if any(fd == self._fd for fd, _event in ready):
                 return bytes(sock.recv(size))
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError("timed out")
 
-    def _watch(self, sock: Any, wake: bool) -> selectors.BaseSelector:
-        # Made on first use, on this thread: under gevent, DefaultSelector is gevent's (patched before).
-        if self._selector is None:
-            self._selector = selectors.DefaultSelector()
-            self._selector.register(sock.fileno(), selectors.EVENT_READ)
-        if wake != self._watching_wake:
-            if wake:
-                self._selector.register(self.server.wake_read, selectors.EVENT_READ)
-            else:
-                self._selector.unregister(self.server.wake_read)
-            self._watching_wake = wake
-        return self._selector
+    def _poller(self, sock: Any) -> Any:
+        # Made on first use, on this thread: under gevent, select.poll is gevent's (patched before).
+        if self._poll is None:
+            self._fd = sock.fileno()
+            self._pending = getattr(sock, "pending", None)
+            self._poll = select.poll()
+            self._poll.register(self._fd, select.POLLIN)
+        return self._poll
+
+    def _watch(self, which: str | None) -> None:
+        """Watch the wake pipe that could change what this connection does, and only that one."""
+        fd = {"request": self.server.wake_read, "stopping": self.server.stopping_read}.get(which or "")
+        if fd == self._watching:
+            return
+        if self._watching is not None:
+            self._poll.unregister(self._watching)
+        if fd is not None:
+            self._poll.register(fd, select.POLLIN)
+        self._watching = fd
 
 
 class _WakeableSocket:
@@ -239,7 +263,7 @@ def _connection_class(base: type, drain: Http2Drain, server: Http2Connections, e
     class GoawayConnection(base):  # type: ignore[misc]  # Gunicorn's class, found at run time
         def __init__(self, cfg: Any, sock: Any, client_addr: Any) -> None:
             super().__init__(cfg, sock, client_addr)
-            self.graceful = _Goaway(self, drain.connection(), server)
+            self.graceful = _Goaway(self, drain, server)
             self.sock: Any = _WakeableSocket(self.graceful.sock, self.graceful)
             server.add(self)
 
