@@ -147,10 +147,6 @@ class ConnectionDrain:
         """The client answered the PING: it has seen the first GOAWAY."""
         self.acknowledged = True
 
-    def stream_opened(self) -> None:
-        """A stream was accepted for serving."""
-        self._drain.count("streams")
-
     def response_done(self) -> None:
         """A stream's response is complete (or the stream is gone)."""
         self.responses += 1
@@ -168,8 +164,6 @@ class Http2Counts:
 
     #: HTTP/2 connections made.
     connections: int = 0
-    #: Streams accepted for serving.
-    streams: int = 0
     #: Streams completed after the GOAWAY was requested.
     drained: int = 0
     #: Streams refused with REFUSED_STREAM (opened above a final GOAWAY's last-stream-id).

@@ -191,17 +191,15 @@ class TestDrain:
         assert drain.requested
 
     def test_counts(self) -> None:
-        """Connections, streams, streams drained after the request and connections told GOAWAY are counted."""
+        """Connections, streams completed after the request and connections told GOAWAY are counted."""
         drain, clock = drain_with()
         conn = drain.connection()
-        conn.stream_opened()
         conn.response_done()  # before the request: not a drained stream
         drain.request()
-        conn.stream_opened()
         conn.response_done()
         conn.sent_first(clock())
         counts = drain.counts
-        assert (counts.connections, counts.streams, counts.drained, counts.goaway_connections) == (1, 2, 1, 1)
+        assert (counts.connections, counts.drained, counts.goaway_connections) == (1, 1, 1)
 
     def test_abandoned_streams_are_counted_and_named(self, caplog: pytest.LogCaptureFixture) -> None:
         """At the deadline the streams still open are counted and named, peer by peer, in one warning."""
