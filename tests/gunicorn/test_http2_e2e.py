@@ -17,6 +17,7 @@ import contextlib
 import datetime
 import http.client
 import random
+import signal
 import socket
 import ssl
 import threading
@@ -27,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e_harness import Gunicorn, free_port, graceful_env, markdown_table
+from tests.e2e_harness import Gunicorn, free_port, graceful_env, http_get, markdown_table
 
 h2_connection = pytest.importorskip("h2.connection", reason="HTTP/2 needs the h2 library (the test extra)")
 h2_config = pytest.importorskip("h2.config")
@@ -200,6 +201,9 @@ class Http2Run:
     clients: list[Client]
     log: str
     problems: list[str]
+    hup_at: float | None = None
+    #: /readyz statuses between the HUP and the SIGTERM.
+    readyz: list[int] = field(default_factory=list)
 
     @property
     def connections(self) -> list[Connection]:
@@ -362,8 +366,13 @@ def under_http2_load(
     graceful: bool,
     warm_up: float = 1.0,
     http1: Http1Client | None = None,
+    hup_for: float = 0.0,
 ) -> Http2Run:
-    """One instance under HTTP/2 load; SIGTERM; the load goes on until it exits (bounded)."""
+    """One instance under HTTP/2 load; SIGTERM; the load goes on until it exits (bounded).
+
+    ``hup_for`` > 0: a HUP first (its workers are replaced: a process stop), ``/readyz`` probed
+    over HTTP/1.1 every 0.1 s for that many seconds, then the SIGTERM.
+    """
     args, tls = http2_server_args(transport, tmp_path)
     env = {**graceful_env(DELAY, DRAIN), "GRACEFUL_GRACE_PERIOD": "30"} if graceful else {}
     instance = Gunicorn(processes, free_port(), worker, graceful=graceful, env=env, args=args, name=f"h2-{worker}")
@@ -378,6 +387,14 @@ def under_http2_load(
             http1.port, http1.stop_at = instance.port, stop_at
             http1.thread.start()
         time.sleep(warm_up)
+        hup_at, readyz = None, []
+        if hup_for:
+            assert instance.proc is not None
+            hup_at = time.monotonic()
+            instance.proc.send_signal(signal.SIGHUP)
+            while time.monotonic() < hup_at + hup_for:
+                readyz.append(http_get(instance.port, "/readyz")[0])
+                time.sleep(0.1)
         sigterm_at = instance.terminate()
         returncode = instance.wait_exit(timeout=DELAY + DRAIN + 20.0)
         for client in clients:
@@ -395,6 +412,8 @@ def under_http2_load(
             clients,
             instance.log(40),
             instance.problems() if graceful else [],
+            hup_at,
+            readyz,
         )
     finally:
         instance.kill()
@@ -444,6 +463,23 @@ class TestGracefulHttp2:
         assert len(until_delay_end) > 10 and all(r[1] == "ok" for r in until_delay_end), http1.results
         during = [r for r in until_delay_end if r[0] > run.sigterm_at + 0.2]
         assert during and all(r[2] == "close" for r in during), http1.results
+
+    @pytest.mark.parametrize("worker", ["gthread", "gevent"])
+    def test_a_process_stop_drains_http2_and_leaves_readiness(
+        self, processes: Any, tmp_path: Path, worker: str
+    ) -> None:
+        """HUP under HTTP/2 load: the old workers' connections get GOAWAY and lose nothing; /readyz stays 200."""
+        run = under_http2_load(processes, tmp_path, worker, "cleartext", graceful=True, hup_for=3.0)
+        report(run)
+        assert run.hup_at is not None
+        assert run.returncode == 0, run.describe()
+        assert run.lost(run.streams) == [], run.describe()
+        at_hup = [c for c in run.connections if c.opened < run.hup_at and (c.closed or 1e18) > run.hup_at]
+        assert at_hup, "no connection was open at the HUP"
+        # Told by the replaced workers, before the SIGTERM: a process stop drains HTTP/2 too.
+        assert all(c.goaways and c.goaways[0][2] == 0 and c.goaways[0][0] < run.sigterm_at for c in at_hup)
+        assert run.readyz and set(run.readyz) == {200}, run.readyz
+        assert run.problems == []
 
     def test_an_idle_http2_connection_is_closed_and_holds_nothing(self, processes: Any, tmp_path: Path) -> None:
         """An idle HTTP/2 connection gets both GOAWAYs and is closed in the delay: the drain does not wait for it."""
