@@ -249,6 +249,22 @@ class Http2Drain:
             pause.wait(CONNECTIONS_POLL)
         return self.open_connections()
 
+    def log_counts(self, pid: int) -> None:
+        """``worker_exit``: one line with this worker's HTTP/2 figures, if it served HTTP/2 and was told to drain."""
+        counts = self.counts
+        if not counts.connections or not self.requested:
+            return
+        logger.info(
+            "graceful: worker %d HTTP/2: %d connection(s), %d told GOAWAY; %d stream(s) drained, %d refused,"
+            " %d abandoned",
+            pid,
+            counts.connections,
+            counts.goaway_connections,
+            counts.drained,
+            counts.refused,
+            counts.abandoned,
+        )
+
     def abandoned(self, pid: int) -> int:
         """At the drain's deadline: count the streams still open, name them in one warning; their number."""
         streams = {} if self.server is None else self.server.open_streams()

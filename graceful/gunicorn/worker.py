@@ -142,6 +142,7 @@ class WorkerShutdown:
         if self.worker.http2(drain) is None:
             return None
         self.lifecycle.subscribe(drain.on_signal)
+        self.at_exit.append(lambda: drain.log_counts(self.pid))
         return drain
 
     def _watch(self) -> None:

@@ -213,6 +213,22 @@ class TestDrain:
         assert "127.0.0.1:5000 streams 1, 3; 127.0.0.1:5002 streams 9" in line
         assert "5001" not in line
 
+    def test_figures_logged_at_exit(self, caplog: pytest.LogCaptureFixture) -> None:
+        """At exit one line gives the worker's HTTP/2 figures; none without HTTP/2 connections or a drain."""
+        drain, clock = drain_with(FakeServer())
+        conn = drain.connection()
+        with caplog.at_level(logging.INFO, logger="graceful.gunicorn.http2"):
+            drain.log_counts(7)  # no drain requested: nothing to say
+            drain.request()
+            conn.sent_first(clock())
+            conn.response_done()
+            conn.sent_final(3)
+            conn.accepts(5)
+            drain.log_counts(7)
+        assert caplog.messages == [
+            "graceful: worker 7 HTTP/2: 1 connection(s), 1 told GOAWAY; 1 stream(s) drained, 1 refused, 0 abandoned"
+        ]
+
     def test_nothing_abandoned_says_nothing(self, caplog: pytest.LogCaptureFixture) -> None:
         """With no stream open at the deadline there is no warning."""
         drain, _clock = drain_with(FakeServer({"127.0.0.1:5000": []}))
