@@ -521,7 +521,7 @@ class TestGracefulHttp2:
 
 @pytest.mark.plain
 class TestPlainGunicornHttp2:
-    @pytest.mark.parametrize(("worker", "transport"), CASES[:2])
+    @pytest.mark.parametrize(("worker", "transport"), CASES)
     def test_plain_gunicorn_under_http2_load(self, processes: Any, tmp_path: Path, worker: str, transport: str) -> None:
         """Plain Gunicorn 27 under the same load: its figures, printed beside graceful's, not judged."""
         run = under_http2_load(processes, tmp_path, worker, transport, graceful=False)
