@@ -53,6 +53,8 @@ CONCURRENCY = 3
 #: The longest /slow stream (ms): some are in flight at SIGTERM and when the listeners close.
 SLOW_MS = 600
 BODY = 2048
+#: The first GOAWAY's last-stream-id (RFC 9113 section 6.8).
+MAX_ID = 2**31 - 1
 #: Seconds a client waits for a frame before it calls its open streams lost.
 READ_TIMEOUT = 10.0
 
@@ -480,6 +482,47 @@ class TestGracefulHttp2:
         assert all(c.goaways and c.goaways[0][2] == 0 and c.goaways[0][0] < run.sigterm_at for c in at_hup)
         assert run.readyz and set(run.readyz) == {200}, run.readyz
         assert run.problems == []
+
+    def test_streams_opened_after_the_final_goaway_are_refused(self, processes: Any, tmp_path: Path) -> None:
+        """A client ignoring GOAWAY: streams it opened before the final one are served, later ones refused."""
+        args, _tls = http2_server_args("cleartext", tmp_path)
+        env = {**graceful_env(DELAY, DRAIN), "GRACEFUL_GRACE_PERIOD": "30"}
+        instance = Gunicorn(processes, free_port(), "gthread", graceful=True, env=env, args=args, name="h2-late")
+        try:
+            instance.start()
+            instance.wait_ready()
+            client = Client(instance.port, None, time.monotonic() + 30.0, 0)
+            conn = Connection(time.monotonic())
+            h2 = _ClientH2(h2_config.H2Configuration(client_side=True, header_encoding="utf-8"))
+            h2.initiate_connection()
+            by_id: dict[int, Stream] = {}
+            with socket.create_connection(("127.0.0.1", instance.port), timeout=READ_TIMEOUT) as sock:
+                sock.sendall(h2.data_to_send())
+                assert any(isinstance(e, h2_events.RemoteSettingsChanged) for e in h2.receive_data(sock.recv(65536)))
+                instance.terminate()
+                late: list[Stream] = []
+                while data := sock.recv(65536):  # bounded by READ_TIMEOUT
+                    told = len(conn.goaways)
+                    for event in h2.receive_data(data):
+                        client._on_event(event, h2, conn, by_id)
+                    if told == 0 and conn.goaways:  # the first GOAWAY: two streams anyway (with the PING's ACK)
+                        for _ in range(2):
+                            client._open(h2, conn)
+                            by_id[conn.streams[-1].id] = conn.streams[-1]
+                    elif len(conn.goaways) > 1 and not late and conn.goaways[-1][1] < MAX_ID:  # the final one
+                        client._open(h2, conn)
+                        late.append(conn.streams[-1])
+                        by_id[late[0].id] = late[0]
+                    sock.sendall(h2.data_to_send())
+            client._end([st for st in conn.streams if st.outcome == "open"], conn, "lost: connection closed")
+            returncode = instance.wait_exit(timeout=DELAY + DRAIN + 20.0)
+        finally:
+            instance.kill()
+        assert returncode == 0
+        first, *rest = conn.streams
+        assert [st.outcome for st in (first, *rest[:1])] == ["ok", "ok"], conn.streams
+        assert late and late[0].outcome == "refused", conn.streams
+        assert late[0].id > conn.goaways[-1][1]
 
     def test_an_idle_http2_connection_is_closed_and_holds_nothing(self, processes: Any, tmp_path: Path) -> None:
         """An idle HTTP/2 connection gets both GOAWAYs and is closed in the delay: the drain does not wait for it."""
