@@ -160,7 +160,7 @@ class ConnectionDrain:
 
 @dataclass
 class Http2Counts:
-    """One worker's HTTP/2 figures for the shutdown record and the metrics."""
+    """One worker's HTTP/2 figures (logged at its exit: :meth:`Http2Drain.log_counts`)."""
 
     #: HTTP/2 connections made.
     connections: int = 0
