@@ -17,6 +17,7 @@ import contextlib
 import datetime
 import http.client
 import random
+import re
 import signal
 import socket
 import ssl
@@ -523,6 +524,49 @@ class TestGracefulHttp2:
         assert [st.outcome for st in (first, *rest[:1])] == ["ok", "ok"], conn.streams
         assert late and late[0].outcome == "refused", conn.streams
         assert late[0].id > conn.goaways[-1][1]
+
+    @pytest.mark.parametrize("worker", ["gthread", "gevent"])
+    def test_a_stream_outliving_the_drain_is_cut_after_goaway_and_named(
+        self, processes: Any, tmp_path: Path, worker: str
+    ) -> None:
+        """A stream longer than the drain: its connection had GOAWAY first; the worker names it as abandoned."""
+        args, _tls = http2_server_args("cleartext", tmp_path)
+        delay, drain = 0.5, 1.0
+        env = {**graceful_env(delay, drain), "GRACEFUL_GRACE_PERIOD": "30"}
+        instance = Gunicorn(processes, free_port(), worker, graceful=True, env=env, args=args, name="h2-long")
+        goaways: list[int] = []
+        outcome = "open"
+        try:
+            instance.start()
+            instance.wait_ready()
+            h2 = _ClientH2(h2_config.H2Configuration(client_side=True, header_encoding="utf-8"))
+            h2.initiate_connection()
+            with socket.create_connection(("127.0.0.1", instance.port), timeout=READ_TIMEOUT) as sock:
+                headers = [(":method", "GET"), (":path", "/slow?ms=6000&bytes=64"), (":scheme", "http")]
+                h2.send_headers(1, [*headers, (":authority", "127.0.0.1")], end_stream=True)
+                sock.sendall(h2.data_to_send())
+                while not any(isinstance(e, h2_events.ResponseReceived) for e in h2.receive_data(sock.recv(65536))):
+                    sock.sendall(h2.data_to_send())  # bounded by READ_TIMEOUT: the response's head comes at once
+                instance.terminate()
+                with contextlib.suppress(OSError):
+                    while data := sock.recv(65536):  # bounded: the worker exits at the drain's deadline
+                        for event in h2.receive_data(data):
+                            if isinstance(event, h2_events.ConnectionTerminated):
+                                goaways.append(int(event.error_code))
+                            elif isinstance(event, h2_events.StreamEnded):
+                                outcome = "ended"
+                        sock.sendall(h2.data_to_send())
+            returncode = instance.wait_exit(timeout=delay + drain + 20.0)
+        finally:
+            instance.kill()
+        assert returncode == 0
+        assert outcome == "open"  # cut: it outlived the drain
+        assert goaways and goaways[0] == 0, "no GOAWAY(NO_ERROR) before the cut"
+        log = instance.log(200)
+        assert "abandoned 1 HTTP/2 stream(s) at the drain's deadline, after GOAWAY: 127.0.0.1:" in log, log
+        assert re.search(
+            r"HTTP/2: 1 connection\(s\), 1 told GOAWAY; \d+ stream\(s\) drained, 0 refused, 1 abandoned", log
+        ), log
 
     def test_an_idle_http2_connection_is_closed_and_holds_nothing(self, processes: Any, tmp_path: Path) -> None:
         """An idle HTTP/2 connection gets both GOAWAYs and is closed in the delay: the drain does not wait for it."""

@@ -102,14 +102,22 @@ class Http2Connections:
             self._live.discard(connection)
 
     def wake(self) -> None:
-        """See :meth:`graceful.gunicorn.http2.Http2Server.wake`."""
+        """See :meth:`graceful.gunicorn.http2.Http2Server.wake`; connections busy serving are told from here."""
         with contextlib.suppress(OSError):  # full: every reader is being woken already
             os.write(self._wake_write, b"w")
+        self._tell_busy()
 
     def wake_stopping(self) -> None:
-        """See :meth:`graceful.gunicorn.http2.Http2Server.wake_stopping`."""
+        """See :meth:`graceful.gunicorn.http2.Http2Server.wake_stopping`; connections busy serving are told."""
         with contextlib.suppress(OSError):  # full: every reader is being woken already
             os.write(self._stopping_write, b"s")
+        self._tell_busy()
+
+    def _tell_busy(self) -> None:
+        with self._lock:
+            live = list(self._live)
+        for conn in live:
+            conn.graceful.tell_busy()
 
     def open_streams(self) -> dict[str, list[int]]:
         """See :meth:`graceful.gunicorn.http2.Http2Server.open_streams`."""
@@ -128,6 +136,10 @@ class _Goaway:
         self.state = drain.connection()
         #: The connection's own socket (the connection reads through a :class:`_WakeableSocket`).
         self.sock = conn.sock
+        #: Held around every write to the socket and every step of the drain (re-entered by its own thread).
+        self.lock = threading.RLock()
+        #: True while its thread is in a read (set under the lock).
+        self.reading = False
         self.server = server
         self.peer = _peer(getattr(conn, "client_addr", None))
         self._poll: Any = None
@@ -137,37 +149,65 @@ class _Goaway:
         self._watching: int | None = None
 
     def act(self) -> None:
-        """Do what the drain says now: a GOAWAY, or the close once no stream is open."""
+        """Do what the drain says now: a GOAWAY, or the close once no stream is open. Its own thread."""
         conn = self.conn
         if not self.drain.requested:
             return  # the common case: serving, no drain requested
         if conn.is_closed:
             self.closed()
             return
-        action = self.state.next_action(time.monotonic(), len(conn.streams) + len(conn.pending_requests))
-        if action is Action.NOTHING:
-            return
-        h2 = conn.h2_conn
-        try:
-            if action is Action.FIRST_GOAWAY:
-                pending = h2.data_to_send()
-                h2.ping(PING_DATA)
-                self._write(pending + _goaway(MAX_STREAM_ID) + h2.data_to_send())
-                self.state.sent_first(time.monotonic())
-            elif action is Action.FINAL_GOAWAY:
-                last = int(h2.highest_inbound_stream_id)
-                self._write(h2.data_to_send() + _goaway(last))
-                self.state.sent_final(last)
-            else:
-                last = int(h2.highest_inbound_stream_id)
-                self.state.sent_final(last)
-                conn.close(last_stream_id=last)  # h2's GOAWAY (the same last-stream-id), then closed
-                self._linger()
+        with self.lock:
+            action = self.state.next_action(time.monotonic(), len(conn.streams) + len(conn.pending_requests))
+            if action is Action.NOTHING:
+                return
+            h2 = conn.h2_conn
+            try:
+                if action is Action.FIRST_GOAWAY:
+                    pending = h2.data_to_send()
+                    h2.ping(PING_DATA)
+                    self._write(pending + _goaway(MAX_STREAM_ID) + h2.data_to_send())
+                    self.state.sent_first(time.monotonic())
+                elif action is Action.FINAL_GOAWAY:
+                    last = int(h2.highest_inbound_stream_id)
+                    self._write(h2.data_to_send() + _goaway(last))
+                    self.state.sent_final(last)
+                else:
+                    last = int(h2.highest_inbound_stream_id)
+                    self.state.sent_final(last)
+                    conn.close(last_stream_id=last)  # h2's GOAWAY (the same last-stream-id), then closed
+            except OSError:
+                # The socket is gone: nothing more can be told to this client.
+                conn.close()
                 self.closed()
-        except OSError:
-            # The socket is gone: nothing more can be told to this client.
-            conn.close()
+                return
+        if action is Action.CLOSE:
+            self._linger()
             self.closed()
+
+    def tell_busy(self) -> None:
+        """The drain's request, from another thread: the first GOAWAY now, if this connection's own is busy.
+
+        Its thread (gthread) or greenlet (gevent) serves the streams one
+        after another, inside the app, and would tell the client only after
+        the stream, perhaps after the drain's deadline. The GOAWAY is a frame
+        of its own, written between two of the connection's writes (under
+        its lock) and never while its thread reads (TLS: one SSL object, one
+        thread at a time); h2's state is not touched, so it goes without the
+        PING, whose round trip its bound then stands in for. A connection
+        whose thread holds the lock, or reads, acts by itself (its read wakes).
+        """
+        if not self.lock.acquire(blocking=False):
+            return
+        try:
+            if self.reading or self.conn.is_closed:
+                return
+            if self.state.next_action(time.monotonic(), open_streams=1) is not Action.FIRST_GOAWAY:
+                return
+            with contextlib.suppress(OSError):  # the socket is gone: its thread finds out
+                self.sock.sendall(_goaway(MAX_STREAM_ID))
+                self.state.sent_first(time.monotonic())
+        finally:
+            self.lock.release()
 
     def _write(self, data: bytes) -> None:
         self.conn.sock.sendall(data)
@@ -190,7 +230,16 @@ class _Goaway:
         self.server.discard(self.conn)
 
     def recv(self, sock: Any, size: int) -> bytes:
-        """The connection's read (its own thread): wait for data, acting on the drain meanwhile.
+        """The connection's read (its own thread): :meth:`tell_busy` writes nothing meanwhile."""
+        with self.lock:
+            self.reading = True
+        try:
+            return self._recv(sock, size)
+        finally:
+            self.reading = False
+
+    def _recv(self, sock: Any, size: int) -> bytes:
+        """Wait for data, acting on the drain meanwhile.
 
         Every HTTP/2 read of the worker comes here: until the drain is
         requested, one ``poll()`` on the socket and the wake pipe.
@@ -256,6 +305,10 @@ class _WakeableSocket:
 
     def recv(self, size: int) -> bytes:
         return self._goaway.recv(self._sock, size)
+
+    def sendall(self, data: bytes) -> None:
+        with self._goaway.lock:  # whole frames: never interleaved with a GOAWAY from another thread
+            self._sock.sendall(data)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._sock, name)
