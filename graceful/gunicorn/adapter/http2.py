@@ -15,8 +15,12 @@ HTTP/1.1 only: the probe says "no HTTP/2" and changes nothing. The rules
 * The connection's socket is wrapped: a read waits on the socket and on a
   wake pipe of the worker's, so a connection whose thread (gthread: one per
   connection) or greenlet (gevent) sits idle in ``recv()`` acts on the
-  drain at once, on that thread. Every frame is written there: h2's state
-  and an SSL socket are not shared between threads.
+  drain at once, on that thread: h2's state and an SSL socket are not
+  shared between threads. The one exception, :meth:`_Goaway.tell_busy`: a
+  connection whose thread is inside the app (it serves its streams one
+  after another) gets its first GOAWAY, a frame of its own, from the thread
+  that requests the drain, under the connection's lock and never while it
+  reads.
 * The GOAWAYs are written as frames (hyperframe) without telling h2: h2's
   ``close_connection`` moves its state machine to CLOSED, after which every
   frame of a stream still open (its body, a WINDOW_UPDATE for its response)
