@@ -142,8 +142,9 @@ class _Goaway:
         self.sock = conn.sock
         #: Held around every write to the socket and every step of the drain (re-entered by its own thread).
         self.lock = threading.RLock()
-        #: True while its thread is in a read (set under the lock).
+        #: True while its thread reads, or writes (see :meth:`recv` and :meth:`send`).
         self.reading = False
+        self.writing = False
         self.server = server
         self.peer = _peer(getattr(conn, "client_addr", None))
         self._poll: Any = None
@@ -203,7 +204,8 @@ class _Goaway:
         if not self.lock.acquire(blocking=False):
             return
         try:
-            if self.reading or self.conn.is_closed:
+            # The drain is requested already: a read or write that began before shows here.
+            if self.reading or self.writing or self.conn.is_closed:
                 return
             if self.state.next_action(time.monotonic(), open_streams=1) is not Action.FIRST_GOAWAY:
                 return
@@ -235,12 +237,28 @@ class _Goaway:
 
     def recv(self, sock: Any, size: int) -> bytes:
         """The connection's read (its own thread): :meth:`tell_busy` writes nothing meanwhile."""
-        with self.lock:
-            self.reading = True
+        # The flag first, then the check: whichever of this thread and tell_busy comes second sees
+        # the other (the GIL orders them), and tell_busy writes only holding the lock.
+        self.reading = True
         try:
+            if self.drain.requested_at is not None:
+                with self.lock:  # a GOAWAY tell_busy is writing: let it finish first
+                    pass
             return self._recv(sock, size)
         finally:
             self.reading = False
+
+    def send(self, sock: Any, data: bytes) -> None:
+        """The connection's write (its own thread): whole frames, never interleaved with tell_busy's."""
+        self.writing = True
+        try:
+            if self.drain.requested_at is None:
+                sock.sendall(data)
+                return
+            with self.lock:
+                sock.sendall(data)
+        finally:
+            self.writing = False
 
     def _recv(self, sock: Any, size: int) -> bytes:
         """Wait for data, acting on the drain meanwhile.
@@ -311,8 +329,7 @@ class _WakeableSocket:
         return self._goaway.recv(self._sock, size)
 
     def sendall(self, data: bytes) -> None:
-        with self._goaway.lock:  # whole frames: never interleaved with a GOAWAY from another thread
-            self._sock.sendall(data)
+        self._goaway.send(self._sock, data)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._sock, name)
