@@ -34,6 +34,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from graceful.gunicorn.recycling import CONNECTIONS_POLL
+
 __all__ = [
     "MAX_STREAM_ID",
     "ROUND_TRIP_TIMEOUT",
@@ -50,8 +52,6 @@ logger = logging.getLogger(__name__)
 MAX_STREAM_ID = 2**31 - 1
 #: Seconds to wait for the PING's ACK (the client saw the first GOAWAY) before the real last-stream-id goes out.
 ROUND_TRIP_TIMEOUT = 1.0
-#: Seconds between two looks at the open HTTP/2 connections while a gevent worker waits for them to close.
-CONNECTIONS_POLL = 0.01
 
 
 class Action(enum.Enum):
