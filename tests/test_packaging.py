@@ -37,6 +37,7 @@ EXTRAS = {
     "django": ["django"],
     "gevent": ["gevent", "packaging"],
     "prometheus": ["prometheus_client"],
+    "http2": ["h2"],
     "plot": ["matplotlib"],
 }
 

@@ -39,6 +39,7 @@ from typing import Any
 
 from graceful.gunicorn.adapter.gevent import GeventServers
 from graceful.gunicorn.adapter.worker import Worker
+from graceful.gunicorn.http2 import Http2Drain
 from graceful.gunicorn.recycling import GthreadStop
 from graceful.gunicorn.shared import SharedState
 from graceful.gunicorn.stop_reason import StopReason
@@ -69,6 +70,8 @@ class ProcessStop:
         self.on_begin: Callable[[], object] = _nothing
         self.gthread: GthreadStop | None = None
         self.gevent: GeventServers | None = None
+        #: The worker's HTTP/2 draining (GOAWAY from the stop's start); None: it serves no HTTP/2.
+        self.http2: Http2Drain | None = None
         self._gunicorn_term: Callable[[int, Any], object] = self._not_alive
         self._wake_read, self._wake_write = os.pipe()
         os.set_blocking(self._wake_write, False)
@@ -100,7 +103,13 @@ class ProcessStop:
         if self.term_at is None:
             self.term_at = time.monotonic()
 
-    def install(self, drain_timeout: float, gthread: GthreadStop | None, gevent: GeventServers | None) -> None:
+    def install(
+        self,
+        drain_timeout: float,
+        gthread: GthreadStop | None,
+        gevent: GeventServers | None,
+        http2: Http2Drain | None = None,
+    ) -> None:
         """``post_worker_init``: take SIGTERM over, start the ``graceful-stop`` thread (after gevent's patch).
 
         ``drain_timeout`` is the config's now that the app (which may
@@ -109,6 +118,7 @@ class ProcessStop:
         self.drain_timeout = drain_timeout
         self.gthread = gthread
         self.gevent = gevent
+        self.http2 = http2
         # Made now: under gevent, of the cooperative kind.
         self._lock = threading.Lock()
         handler = signal.getsignal(signal.SIGTERM)
@@ -129,7 +139,8 @@ class ProcessStop:
         if self.term_at is None:
             self.term_at = time.monotonic()
         self._wake()
-        if self.gthread is None:
+        if self.gthread is None and self.http2 is None:
+            # gthread, and gevent serving HTTP/2: the graceful-stop thread calls it at the end.
             self._gunicorn_term(signum, frame)
 
     def _wake(self) -> None:
@@ -151,6 +162,8 @@ class ProcessStop:
                 # Under the lock: the main thread's own begin() at worker_exit waits for this
                 # line, or a worker that has nothing to drain exits before the thread writes it.
                 logger.info("graceful: worker %d stopping (%s)", self.pid, reason.value)
+        if self.http2 is not None:
+            self.http2.stop()  # GOAWAY on every HTTP/2 connection (most had it at ShutdownInitiated)
         return True
 
     def reason_now(self) -> StopReason | None:
@@ -209,13 +222,29 @@ class ProcessStop:
                 self.begin(self.reason_now(), at=self.term_at)
         if self.gthread is not None:
             assert self.started_at is not None
-            left = self.gthread.stop(self.started_at + self.drain_timeout, self._gunicorn_term)
+            left = self.gthread.stop(self.started_at + self.drain_timeout, self._term_after_http2)
             if left:
                 logger.warning(
                     "graceful: worker %d: %d connection(s) still open at the drain's deadline", self.pid, left
                 )
         elif self.gevent is not None:
             self.gevent.stop_accepting()
+            if self.http2 is not None:
+                self._gevent_http2_stop()
+
+    def _gevent_http2_stop(self) -> None:
+        """gevent serving HTTP/2: its connections close after their GOAWAY before Gunicorn's stop cuts them."""
+        assert self.http2 is not None and self.started_at is not None
+        deadline = self.started_at + self.drain_timeout
+        self.http2.wait_for_connections(deadline, threading.Event())
+        self.worker.bound_gunicorn_drain(deadline - time.monotonic())
+        self._term_after_http2(signal.SIGTERM, None)
+
+    def _term_after_http2(self, signum: int, frame: FrameType | None) -> None:
+        # HTTP/2 streams still open now are abandoned (after their GOAWAY): counted and named first.
+        if self.http2 is not None:
+            self.http2.abandoned(self.pid)
+        self._gunicorn_term(signum, frame)
 
 
 def _nothing() -> None:

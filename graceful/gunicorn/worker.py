@@ -44,6 +44,7 @@ from graceful.core.record import ROLE_WORKER, part_of
 from graceful.core.registry import PRE_SHUTDOWN_HOOK
 from graceful.gunicorn.adapter.refusal import WorkerRefused
 from graceful.gunicorn.adapter.worker import Worker
+from graceful.gunicorn.http2 import Http2Drain
 from graceful.gunicorn.process_stop import ProcessStop
 from graceful.gunicorn.recycling import GthreadStop
 from graceful.gunicorn.shared import SharedState
@@ -138,7 +139,7 @@ class WorkerShutdown:
         worker.guard_accept()
         loop = worker.gthread_loop()
         gthread = None if loop is None else GthreadStop(loop)
-        self.stop.install(lifecycle.config.drain_timeout, gthread, gevent)
+        self.stop.install(lifecycle.config.drain_timeout, gthread, gevent, self._start_http2())
         lifecycle.run_post_start_hooks()
         threading.Thread(target=self._watch, name="graceful-watch", daemon=True).start()
         self._booted = True
@@ -152,6 +153,15 @@ class WorkerShutdown:
         """
         lifecycle = self.lifecycle
         lifecycle.stats.drain_began(lifecycle.clock.now(), lifecycle.in_flight.count)
+
+    def _start_http2(self) -> Http2Drain | None:
+        """HTTP/2 (Gunicorn 27+ gthread and gevent): GOAWAY from ShutdownInitiated (:mod:`.http2`); None: none here."""
+        drain = Http2Drain(self.lifecycle.shutdown_initiated.name)
+        if self.worker.http2(drain) is None:
+            return None
+        self.lifecycle.subscribe(drain.on_signal)
+        self.at_exit.append(lambda: drain.log_counts(self.pid))
+        return drain
 
     def _watch(self) -> None:
         """Thread ``graceful-watch``: mirror the master's broadcasts into this worker's lifecycle."""

@@ -21,6 +21,7 @@ from graceful.gunicorn.adapter.arbiter import GunicornHandler, OsSignalHandler
 from graceful.gunicorn.adapter.gevent import GeventServers
 from graceful.gunicorn.adapter.gthread import GthreadLoop
 from graceful.gunicorn.adapter.worker import TermHandler
+from graceful.gunicorn.http2 import Http2Drain, Http2Server
 
 
 class FakeArbiter:
@@ -242,8 +243,11 @@ class FakeWorker:
         graceful_timeout: float = 30.0,
         max_requests: int = 1000,
         gthread: GthreadLoop | None = None,
+        http2: Http2Server | None = None,
     ) -> None:
         self.kind = kind
+        #: The worker's HTTP/2 connections (None: it serves no HTTP/2).
+        self.http2_server = http2
         self.alive = True
         self.served = 0
         self.limit = max_requests
@@ -296,6 +300,11 @@ class FakeWorker:
 
     def gevent_servers(self) -> GeventServers | None:
         return None
+
+    def http2(self, drain: Http2Drain) -> Http2Server | None:
+        if self.http2_server is not None:
+            drain.attach(self.http2_server)
+        return self.http2_server
 
     @property
     def pid(self) -> int:

@@ -44,6 +44,17 @@ INTERNALS = {
     "poller",
     "wsgi",
     "cfg",
+    # HTTP/2 (Gunicorn 27+): the config, the parser factory, HTTP2ServerConnection and its h2 connection
+    "http_protocols",
+    "get_parser",
+    "streams",
+    "pending_requests",
+    "client_addr",
+    "h2_conn",
+    "is_closed",
+    "cleanup_stream",
+    "_handle_event",
+    "highest_inbound_stream_id",
 }
 
 

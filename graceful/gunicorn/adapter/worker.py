@@ -22,7 +22,9 @@ from typing import Any, Protocol
 
 from graceful.gunicorn.adapter.gevent import GeventServers, record_servers
 from graceful.gunicorn.adapter.gthread import GthreadLoop, probe_gthread
+from graceful.gunicorn.adapter.http2 import probe_http2
 from graceful.gunicorn.adapter.release import GunicornMissing, missing_attributes
+from graceful.gunicorn.http2 import Http2Drain, Http2Server
 from graceful.gunicorn.worker_classes import worker_kind
 
 __all__ = ["TermHandler", "Worker", "WorkerAdapter"]
@@ -78,6 +80,9 @@ class Worker(Protocol):
 
     def gevent_servers(self) -> GeventServers | None:
         """``post_worker_init`` of a gevent worker: its servers as Gunicorn builds them, or None."""
+
+    def http2(self, drain: Http2Drain) -> Http2Server | None:
+        """``post_worker_init``: drain this worker's HTTP/2 connections as ``drain`` says; None: no HTTP/2 here."""
 
 
 class WorkerAdapter:
@@ -188,6 +193,10 @@ class WorkerAdapter:
     def gevent_servers(self) -> GeventServers | None:
         """``post_worker_init`` of a gevent worker, after its patch: its servers as Gunicorn builds them, or None."""
         return record_servers() if self.kind == "gevent" else None
+
+    def http2(self, drain: Http2Drain) -> Http2Server | None:
+        """See :meth:`Worker.http2` (:mod:`.http2`)."""
+        return probe_http2(self._worker, drain, self.kind)
 
     @property
     def pid(self) -> int:
