@@ -33,7 +33,7 @@ from tests.conftest import Processes
 from tests.e2e_harness import Gunicorn, free_port, http_get
 from tests.netns import missing, network_namespace, run_model
 
-pytestmark = [pytest.mark.e2e, pytest.mark.gunicorn, pytest.mark.load]
+pytestmark = [pytest.mark.e2e, pytest.mark.gunicorn, pytest.mark.load, pytest.mark.xdist_group("load-kube-proxy")]
 
 #: The adaptive delay's settings under test (GRACEFUL_SHUTDOWN_DELAY_MIN, GRACEFUL_SHUTDOWN_DELAY).
 FLOOR, MAXIMUM = 1.0, 30.0

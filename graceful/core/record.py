@@ -19,7 +19,8 @@ The record (format 1)::
     signals     {name: seconds} (under Gunicorn InFlightRequestsDrained is the last worker's)
     hooks       [{kind, name, pid, outcome, started_s, duration_s, error}]
     requests    drained, drain_s, abandoned, arrived {delay, draining}, late,
-                late_from_s, last_arrival_s, rejected {shutting_down, draining, max_in_flight}
+                late_from_s, last_arrival_s, rejected {shutting_down, draining, max_in_flight,
+                refused_stream (since 0.3)}
     samples     {interval_s, t_s, in_flight, arrived, rejected, truncated}: every process
                 summed, every interval_s
     delay       how the shutdown delay ended: {end (fixed, quiet, maximum), ended_s,
@@ -44,7 +45,15 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from graceful.core.clock import unix_time
 from graceful.core.delay import DelayEnd, DelayOutcome
 from graceful.core.registry import CLEANUP_TASK, PRE_SHUTDOWN_HOOK
-from graceful.core.stats import LATE_SHARE, PHASE_DELAY, PHASE_DRAINING, PHASES, REASONS, SAMPLE_INTERVAL
+from graceful.core.stats import (
+    LATE_SHARE,
+    PHASE_DELAY,
+    PHASE_DRAINING,
+    PHASES,
+    REASON_REFUSED_STREAM,
+    REASONS,
+    SAMPLE_INTERVAL,
+)
 
 if TYPE_CHECKING:
     from graceful.core.lifecycle import Lifecycle
@@ -82,6 +91,10 @@ ROLE_WORKER = "worker"  # a Gunicorn worker: requests and cleanup tasks
 _ROLES = (ROLE_SERVER, ROLE_MASTER, ROLE_WORKER)
 
 _INFLIGHT_DRAINED = "InFlightRequestsDrained"
+
+
+#: Rejection reasons a record written before graceful 0.3 does not have: read as 0.
+_SINCE_0_3 = frozenset({REASON_REFUSED_STREAM})
 
 
 class RecordError(ValueError):
@@ -191,6 +204,7 @@ class RequestFigures:
     def from_json(cls, data: _Reader) -> RequestFigures:
         """Read figures back; :class:`RecordError` when they are not."""
         arrived, rejected = data.child("arrived"), data.child("rejected")
+        present = set(rejected.names())
         return cls(
             drained=data.count("drained"),
             drain_seconds=data.seconds("drain_s", optional=True, signed=False),
@@ -199,7 +213,10 @@ class RequestFigures:
             late=data.count("late"),
             late_from=data.seconds("late_from_s", optional=True),
             last_arrival=data.seconds("last_arrival_s", optional=True),
-            rejected={reason: rejected.count(reason) for reason in REASONS},
+            rejected={
+                reason: rejected.count(reason) if reason in present or reason not in _SINCE_0_3 else 0
+                for reason in REASONS
+            },
         )
 
 

@@ -13,6 +13,7 @@ request hot path before a shutdown:
   health probes are never counted;
 * rejections by reason: ``shutting_down`` (429, retry-after mode),
   ``draining`` (503: the request raced the drain), ``max_in_flight`` (429),
+  ``refused_stream`` (HTTP/2's REFUSED_STREAM, above a GOAWAY's last-stream-id),
   counted where they are answered;
 * the drain: how many requests it waited for, how long, how many it abandoned;
 * health-check results, per endpoint and check, counted where probes are
@@ -47,6 +48,7 @@ __all__ = [
     "REASONS",
     "REASON_DRAINING",
     "REASON_MAX_IN_FLIGHT",
+    "REASON_REFUSED_STREAM",
     "REASON_SHUTTING_DOWN",
     "SAMPLE_INTERVAL",
     "ArrivalSlot",
@@ -65,7 +67,9 @@ REASON_SHUTTING_DOWN = "shutting_down"
 REASON_DRAINING = "draining"
 #: Rejected with 429: every ``max_in_flight`` slot was taken.
 REASON_MAX_IN_FLIGHT = "max_in_flight"
-REASONS = (REASON_SHUTTING_DOWN, REASON_DRAINING, REASON_MAX_IN_FLIGHT)
+#: HTTP/2: a stream opened above a GOAWAY's last-stream-id, refused with REFUSED_STREAM (safe to retry).
+REASON_REFUSED_STREAM = "refused_stream"
+REASONS = (REASON_SHUTTING_DOWN, REASON_DRAINING, REASON_MAX_IN_FLIGHT, REASON_REFUSED_STREAM)
 
 #: Arrived after ShutdownInitiated, before NotAcceptingNewRequests.
 PHASE_DELAY = "delay"

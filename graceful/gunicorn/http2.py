@@ -131,7 +131,7 @@ class ConnectionDrain:
         """False for a stream the client opened above the final GOAWAY's last-stream-id (refused, counted)."""
         if self.last_stream_id is None or stream_id <= self.last_stream_id:
             return True
-        self._drain.count("refused")
+        self._drain.refused()
         return False
 
     def sent_first(self, now: float) -> None:
@@ -158,6 +158,10 @@ class ConnectionDrain:
         self.closed = True
 
 
+def _nothing() -> None:
+    """``on_refused`` when nothing else counts refused streams."""
+
+
 @dataclass
 class Http2Counts:
     """One worker's HTTP/2 figures (logged at its exit: :meth:`Http2Drain.log_counts`)."""
@@ -177,10 +181,14 @@ class Http2Counts:
 class Http2Drain:
     """One worker's HTTP/2 draining (worker process; any thread unless said)."""
 
-    def __init__(self, trigger: str, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, trigger: str, clock: Callable[[], float] = time.monotonic, on_refused: Callable[[], object] = _nothing
+    ) -> None:
         #: The lifecycle signal whose firing requests the GOAWAY (the worker's ShutdownInitiated).
         self.trigger = trigger
         self.clock = clock
+        #: Called for each stream refused (the connection's thread): the worker's rejection count.
+        self._on_refused = on_refused
         #: Monotonic time the GOAWAY was requested (ShutdownInitiated, or the process stop's start).
         self.requested_at: float | None = None
         #: True once the worker stops (its stop began): connections made during the delay get GOAWAY too.
@@ -207,6 +215,11 @@ class Http2Drain:
         """Add one to the count ``name`` of :class:`Http2Counts`."""
         with self._lock:
             setattr(self.counts, name, getattr(self.counts, name) + 1)
+
+    def refused(self) -> None:
+        """A stream was refused with REFUSED_STREAM (its connection's thread): counted here and by ``on_refused``."""
+        self.count("refused")
+        self._on_refused()
 
     def request(self) -> bool:
         """Tell every HTTP/2 connection GOAWAY from now on; True the first time. Not in a signal handler."""

@@ -42,6 +42,7 @@ from graceful.core.config import ConfigError
 from graceful.core.lifecycle import Lifecycle, NullAdapter, SignalListener
 from graceful.core.record import ROLE_WORKER, part_of
 from graceful.core.registry import PRE_SHUTDOWN_HOOK
+from graceful.core.stats import REASON_REFUSED_STREAM
 from graceful.gunicorn.adapter.refusal import WorkerRefused
 from graceful.gunicorn.adapter.worker import Worker
 from graceful.gunicorn.http2 import Http2Drain
@@ -156,7 +157,10 @@ class WorkerShutdown:
 
     def _start_http2(self) -> Http2Drain | None:
         """HTTP/2 (Gunicorn 27+ gthread and gevent): GOAWAY from ShutdownInitiated (:mod:`.http2`); None: none here."""
-        drain = Http2Drain(self.lifecycle.shutdown_initiated.name)
+        stats = self.lifecycle.stats
+        drain = Http2Drain(
+            self.lifecycle.shutdown_initiated.name, on_refused=lambda: stats.rejected(REASON_REFUSED_STREAM)
+        )
         if self.worker.http2(drain) is None:
             return None
         self.lifecycle.subscribe(drain.on_signal)

@@ -81,7 +81,7 @@ def part(pid: int, role: str, t0: float, **changes: Any) -> ProcessPart:
             last_arrival=4.5,
             late_from=4.5,
             late=1,
-            rejected={"shutting_down": 0, "draining": 1, "max_in_flight": 0},
+            rejected={"shutting_down": 0, "draining": 1, "max_in_flight": 0, "refused_stream": 2},
         ),
         samples=SampleSeries(t=(0.0, 1.0, 6.5), in_flight=(1, 3, 0), arrived=(0, 5, 11), rejected=(0, 0, 1)),
         longest_pre_shutdown_hook=0.0,
@@ -232,6 +232,15 @@ class TestJson:
         """A worker's part survives its trip to the master."""
         original = part(5, ROLE_WORKER, 10.0)
         assert ProcessPart.read(json.loads(json.dumps(original.to_json()))) == original
+
+    def test_a_part_from_before_http2_refusals_reads_them_as_0(self) -> None:
+        """A part (or record) written before graceful 0.3 has no refused_stream: it reads as 0; others stay required."""
+        data = json.loads(json.dumps(part(5, ROLE_WORKER, 10.0).to_json()))
+        del data["requests"]["rejected"]["refused_stream"]
+        assert ProcessPart.read(data).requests.rejected["refused_stream"] == 0
+        del data["requests"]["rejected"]["draining"]
+        with pytest.raises(RecordError, match=r"requests\.rejected\.draining: missing"):
+            ProcessPart.read(data)
 
     @pytest.mark.parametrize(
         ("change", "message"),

@@ -10,6 +10,7 @@ from graceful.core.stats import (
     PHASE_DRAINING,
     REASON_DRAINING,
     REASON_MAX_IN_FLIGHT,
+    REASON_REFUSED_STREAM,
     REASON_SHUTTING_DOWN,
     Counter,
     LateTraffic,
@@ -87,10 +88,11 @@ class TestRequestStats:
     def test_rejections_by_reason(self) -> None:
         """Each reason is counted on its own."""
         stats = RequestStats(FakeClock())
-        for reason, times in ((REASON_SHUTTING_DOWN, 3), (REASON_DRAINING, 1), (REASON_MAX_IN_FLIGHT, 2)):
+        counts = {REASON_SHUTTING_DOWN: 3, REASON_DRAINING: 1, REASON_MAX_IN_FLIGHT: 2, REASON_REFUSED_STREAM: 4}
+        for reason, times in counts.items():
             for _ in range(times):
                 stats.rejected(reason)
-        assert stats.rejections() == {REASON_SHUTTING_DOWN: 3, REASON_DRAINING: 1, REASON_MAX_IN_FLIGHT: 2}
+        assert stats.rejections() == counts
 
     def test_drain_figures(self) -> None:
         """The drain remembers when it began and ended, what it waited for and what it abandoned."""

@@ -889,7 +889,7 @@ class TestShutdownRecord:
         ]
         requests_ = record["requests"]
         assert requests_["arrived"] == {"delay": 6, "draining": 4}
-        assert requests_["rejected"] == {"shutting_down": 4, "draining": 0, "max_in_flight": 0}
+        assert requests_["rejected"] == {"shutting_down": 4, "draining": 0, "max_in_flight": 0, "refused_stream": 0}
         assert (requests_["drained"], requests_["abandoned"]) == (1, 0)
         assert requests_["last_arrival_s"] > record["signals"]["NotAcceptingNewRequests"]
         hooks = sorted((h["kind"], h["name"], h["pid"], h["outcome"]) for h in record["hooks"])

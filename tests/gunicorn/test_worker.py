@@ -28,6 +28,7 @@ from graceful.gunicorn.worker import WorkerShutdown
 from graceful.testing import FakeClock
 from graceful.wsgi.middleware import GracefulMiddleware
 from tests.gunicorn.fakes import FakeGthreadLoop, FakeWorker, gunicorns_term_handler
+from tests.gunicorn.test_http2 import FakeServer
 
 SOON = 10.0  # real seconds: a bound for a loaded machine, never reached when things work
 
@@ -270,6 +271,25 @@ class TestExit:
         shutdown.pid = os.getpid() + 1  # as seen from the master: the worker's pid is not its own
         shutdown.exit()
         assert ran == []
+
+
+class TestHttp2:
+    def test_refused_streams_are_the_workers_rejections(self, shared: SharedState) -> None:
+        """A stream refused above GOAWAY's last-stream-id counts as a rejection (refused_stream) in the part."""
+        fake = FakeWorker("gthread", gthread=FakeGthreadLoop(), http2=FakeServer())
+        shutdown = booted(fake, shared)
+        shared.shutdown_initiated.fire()
+        assert shutdown.lifecycle.shutdown_initiated.wait(SOON)
+        assert shutdown.stop.http2 is not None
+        connection = shutdown.stop.http2.connection()
+        connection.sent_final(1)
+        assert [connection.accepts(stream) for stream in (1, 3, 5)] == [True, False, False]
+        assert shutdown.lifecycle.stats.rejections()["refused_stream"] == 2
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert fake.left_loop.wait(SOON)
+        shutdown.exit()
+        [part] = shared.parts.read_all()
+        assert part.requests.rejected["refused_stream"] == 2
 
 
 class TestGthread:

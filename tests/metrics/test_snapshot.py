@@ -38,7 +38,7 @@ def worker(
     """A fake worker's snapshot."""
     return Snapshot(
         in_flight=in_flight,
-        rejected={"shutting_down": shutting_down, "draining": 1, "max_in_flight": 0},
+        rejected={"shutting_down": shutting_down, "draining": 1, "max_in_flight": 0, "refused_stream": 0},
         during_shutdown={"delay": delay, "draining": shutting_down},
         drain_abandoned=1,
         signals={"ShutdownInitiated": started, "InFlightRequestsDrained": drained_at},
@@ -60,7 +60,7 @@ class TestSnapshot:
         run_shutdown(lc)
         data = snapshot(lc)
         assert (data["in_flight"], data["drain_abandoned"]) == (1, 1)
-        assert data["rejected"] == {"shutting_down": 0, "draining": 0, "max_in_flight": 1}
+        assert data["rejected"] == {"shutting_down": 0, "draining": 0, "max_in_flight": 1, "refused_stream": 0}
         assert data["signals"]["ShutdownInitiated"] == unix_time(lc.shutdown_initiated.fired_at or 0.0)
         assert "HasBeenReady" not in data["signals"]
         assert data["delay"] == {"fixed": 1.0}
@@ -80,7 +80,7 @@ class TestMerge:
         second = worker(1, 4, 7, 100.2, 106.0, False, 0.8, outcome="timed_out")
         total = merge([first, second])
         assert total["in_flight"] == 3
-        assert total["rejected"] == {"shutting_down": 7, "draining": 2, "max_in_flight": 0}
+        assert total["rejected"] == {"shutting_down": 7, "draining": 2, "max_in_flight": 0, "refused_stream": 0}
         assert total["during_shutdown"] == {"delay": 17, "draining": 7}
         assert total["drain_abandoned"] == 2
         assert total["signals"] == {"ShutdownInitiated": 100.0, "InFlightRequestsDrained": 106.0}
@@ -117,7 +117,7 @@ class TestCountersOnly:
         loses its in-flight count, signal times, info and its check's failing."""
         kept = counters_only(worker(4, 2, 3, 100.0, 105.0, False, 0.5))
         assert (kept["in_flight"], kept["signals"], kept["drain_abandoned"]) == (0, {}, 1)
-        assert kept["rejected"] == {"shutting_down": 2, "draining": 1, "max_in_flight": 0}
+        assert kept["rejected"] == {"shutting_down": 2, "draining": 1, "max_in_flight": 0, "refused_stream": 0}
         assert kept["during_shutdown"] == {"delay": 3, "draining": 2}
         assert kept["hooks"] == [HookSnapshot(kind="cleanup_task", name="flush", runs={"ok": 1}, duration_s=0.5)]
         assert kept["healthchecks"] == [CheckSnapshot(type="readyz", name="db", ok=True, success=3, error=1)]

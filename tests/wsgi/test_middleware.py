@@ -788,7 +788,8 @@ class TestShutdownStatistics:
         lifecycle.initiate_shutdown()
         lifecycle.stop_accepting()
         assert [call(mw)[0].code for _ in range(3)] == [429] * 3
-        assert lifecycle.stats.rejections() == {"shutting_down": 3, "draining": 0, "max_in_flight": 0}
+        rejected = {"shutting_down": 3, "draining": 0, "max_in_flight": 0, "refused_stream": 0}
+        assert lifecycle.stats.rejections() == rejected
         assert lifecycle.stats.arrivals() == {"delay": 0, "draining": 3}
 
     def test_a_request_that_races_the_drain_is_counted_as_draining(self, lifecycle: Lifecycle) -> None:
