@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -29,11 +30,12 @@ pytestmark = [pytest.mark.e2e, pytest.mark.gunicorn]
 DIRTY_APP = "tests.live.dirty_app:app"
 
 
-def dirty_options(name: str) -> tuple[str, ...]:
+def dirty_options() -> tuple[str, ...]:
     """The dirty pool's options, with a process name of the test's own: Gunicorn keeps the dirty arbiter's
-    pid in a file named after it, and kills the pid it finds there at start-up as an orphan."""
+    pid in a file named after it (in the temporary directory every test shares), and kills the pid it
+    finds there at start-up as an orphan: two tests with one name would kill each other's."""
     return (
-        *("--name", f"graceful-dirty-{name}"),
+        *("--name", f"graceful-dirty-{uuid.uuid4().hex}"),
         *("--dirty-workers", "1", "--dirty-app", "tests.live.dirty_app:Sleeper", "--dirty-graceful-timeout", "5"),
     )
 
@@ -79,11 +81,9 @@ def wait_dirty_ready(server: Server) -> None:
 @needs_dirty
 class TestDirtyPool:
     @pytest.mark.parametrize("kind", ALL_WORKERS)
-    def test_requests_waiting_on_dirty_tasks_complete(self, gunicorn, tmp_path: Path, kind: str) -> None:  # type: ignore[no-untyped-def]
+    def test_requests_waiting_on_dirty_tasks_complete(self, gunicorn, kind: str) -> None:  # type: ignore[no-untyped-def]
         """SIGTERM with two requests waiting on 2 s dirty tasks: both answered; the pool stops after the workers."""
-        server = gunicorn(
-            kind, args=dirty_options(tmp_path.name), app=DIRTY_APP, env={"GRACEFUL_SHUTDOWN_DELAY": "0.5"}
-        )
+        server = gunicorn(kind, args=dirty_options(), app=DIRTY_APP, env={"GRACEFUL_SHUTDOWN_DELAY": "0.5"})
         wait_dirty_ready(server)
         with ThreadPoolExecutor(2) as pool:
             calls = [pool.submit(get, server, "/dirty?ms=2000") for _ in range(2)]
@@ -96,9 +96,9 @@ class TestDirtyPool:
         dirty_exit = next(i for i, line in enumerate(lines) if re.search(r"Dirty arbiter \(pid:\d+\) exited", line))
         assert dirty_exit > last_worker, "\n".join(lines)
 
-    def test_hup_does_not_fail_dirty_calls_in_flight(self, gunicorn, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    def test_hup_does_not_fail_dirty_calls_in_flight(self, gunicorn) -> None:  # type: ignore[no-untyped-def]
         """HUP while requests wait on 1.5 s dirty tasks: the dirty pool reloads, and both calls are answered."""
-        server = gunicorn("gthread", args=dirty_options(tmp_path.name), app=DIRTY_APP)
+        server = gunicorn("gthread", args=dirty_options(), app=DIRTY_APP)
         wait_dirty_ready(server)
         with ThreadPoolExecutor(2) as pool:
             calls = [pool.submit(get, server, "/dirty?ms=1500") for _ in range(2)]
@@ -109,11 +109,9 @@ class TestDirtyPool:
         server.term()
         assert server.exit_code() == 0
 
-    def test_a_second_term_leaves_no_dirty_process(self, gunicorn, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    def test_a_second_term_leaves_no_dirty_process(self, gunicorn) -> None:  # type: ignore[no-untyped-def]
         """A second SIGTERM exits 1 at once and kills the dirty arbiter and its workers with the master."""
-        server = gunicorn(
-            "gthread", args=dirty_options(tmp_path.name), app=DIRTY_APP, env={"GRACEFUL_SHUTDOWN_DELAY": "5"}
-        )
+        server = gunicorn("gthread", args=dirty_options(), app=DIRTY_APP, env={"GRACEFUL_SHUTDOWN_DELAY": "5"})
         wait_dirty_ready(server)
         dirty = dirty_pids(server)
         assert len(dirty) >= 2  # the arbiter and its worker
