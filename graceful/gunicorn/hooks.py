@@ -12,8 +12,9 @@ Gunicorn runs it: the master (``on_starting``, ``when_ready``, ``on_reload``,
 these hooks itself calls ours from it (``graceful.conf.post_fork(server, worker)``).
 
 Settings come from ``GRACEFUL_*`` environment variables (see
-``graceful.core.config``), read when this module is imported; a bad one stops
-Gunicorn at start-up with a message naming it. ``graceful_timeout`` is
+``graceful.core.config``), read when this module is imported (to derive
+``graceful_timeout``: Gunicorn reads it then); a bad one stops Gunicorn in
+``on_starting`` with one line naming it. ``graceful_timeout`` is
 derived (drain_timeout + hook_timeout + 1 s, :mod:`graceful.core.budget`)
 unless the user sets it; a value that cannot fit the drain and cleanup, or
 that pushes the shutdown past GRACEFUL_GRACE_PERIOD, is refused at start-up.
@@ -23,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import sys
 from typing import Any
 
 from graceful.core.budget import derived_graceful_timeout, graceful_timeout_problem
@@ -53,22 +53,34 @@ __all__ = [
     "worker_exit",
 ]
 
-try:
-    _config = default_lifecycle.config
-except ConfigError as _error:
-    # Gunicorn prints a traceback for any other exception while reading a config.
-    sys.exit(f"graceful: {_error}")
+#: Gunicorn's own default ``graceful_timeout``, used while the settings cannot be read.
+GUNICORN_GRACEFUL_TIMEOUT = 30
+
+
+def _graceful_timeout() -> int:
+    """``graceful_timeout`` derived from the settings; Gunicorn's default when they cannot be read.
+
+    Gunicorn reads it from this module's globals when it loads its config, before any hook,
+    so the settings are read here; a bad one is not refused here (an exit while Gunicorn
+    reads its config) but in ``on_starting``, the one place start-up checks happen.
+    """
+    try:
+        config = default_lifecycle.config
+    except ConfigError:
+        return GUNICORN_GRACEFUL_TIMEOUT
+    return derived_graceful_timeout(config.drain_timeout, config.hook_timeout)
+
 
 #: Gunicorn's setting: how long the master waits for workers to drain and clean up.
-graceful_timeout = derived_graceful_timeout(_config.drain_timeout, _config.hook_timeout)
+graceful_timeout = _graceful_timeout()
 
 
 def _check_settings(arbiter: Arbiter) -> None:
     """Refuse a budget or a graceful_timeout that cannot work; raise RuntimeError (Gunicorn prints it)."""
     lifecycle = default_lifecycle
-    config = lifecycle.config
     chosen = arbiter.graceful_timeout()
     try:
+        config = lifecycle.config
         lifecycle.check_budget()
     except ConfigError as exc:
         raise RuntimeError(f"graceful: {exc}") from None

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -26,6 +28,7 @@ from graceful.gunicorn.stop_reason import StopReason
 from graceful.gunicorn.worker import WorkerShutdown
 from graceful.testing import FakeClock
 from graceful.wsgi.middleware import GracefulMiddleware
+from tests.conftest import ROOT
 from tests.gunicorn.test_adapter import app, arbiter_of
 
 SOON = 10.0
@@ -111,6 +114,26 @@ class TestOnStarting:
         master = attached(arbiter)
         assert isinstance(master, MasterShutdown) and master.health is None
         assert lifecycle.server == "gunicorn" and not lifecycle.serves_requests
+
+
+class TestBadSettings:
+    def test_importing_the_config_never_exits(self) -> None:
+        """A bad GRACEFUL_* value: graceful.conf imports (graceful_timeout falls back to Gunicorn's 30)."""
+        env = dict(os.environ, GRACEFUL_SHUTDOWN_DELAY="soon", PYTHONPATH=str(ROOT))
+        code = "import graceful.conf; print(graceful.conf.graceful_timeout)"
+        done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+        assert (done.returncode, done.stdout.strip()) == (0, "30"), done.stderr
+
+    def test_on_starting_refuses_it_in_one_line(self, monkeypatch: pytest.MonkeyPatch, process: list[Any]) -> None:
+        """on_starting names the variable, the value and what is allowed, as the one error Gunicorn prints."""
+        monkeypatch.setenv("GRACEFUL_SHUTDOWN_DELAY", "soon")
+        monkeypatch.setattr(hooks, "default_lifecycle", Lifecycle(clock=FakeClock()))
+        arbiter = arbiter_of(graceful_timeout=30)
+        process.append(arbiter)
+        with pytest.raises(RuntimeError) as refused:
+            hooks.on_starting(arbiter)
+        assert str(refused.value).startswith("graceful: GRACEFUL_SHUTDOWN_DELAY='soon' is not allowed")
+        assert "\n" not in str(refused.value)
 
 
 class TestMasterHooks:
