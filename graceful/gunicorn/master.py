@@ -173,7 +173,7 @@ class MasterShutdown:
         self._stop_workers()
 
     def _stop_workers(self) -> None:
-        """TERM the workers and reap them as they exit (main thread), within graceful_timeout.
+        """TERM the workers and reap them as they exit (main thread), within graceful_timeout; then the dirty pool.
 
         Gunicorn's ``stop()`` would do the same, but looks only every 0.1 s and
         sleeps once more after the last worker is gone; reaping here ends the
@@ -181,22 +181,13 @@ class MasterShutdown:
         meanwhile switches to the quick stop, as in Gunicorn.
         """
         arbiter = self.arbiter
-        clock = self.lifecycle.clock
-        deadline = clock.now() + self._remaining_budget(arbiter.graceful_timeout())
-        arbiter.signal_workers(signal.SIGTERM)
-        pause = threading.Event()
-        while arbiter.worker_pids() and clock.now() < deadline:
-            if self._quick:
-                arbiter.signal_workers(signal.SIGQUIT)
-                return
-            arbiter.reap()
-            if not arbiter.worker_pids():
-                break  # the last one is gone: no pause after it
-            # No portable wait exists for "any of these children exited" alongside
-            # Gunicorn's own reaping, so look often: an exit is seen within 5 ms.
-            clock.wait(pause, 0.005)
-        left = len(arbiter.worker_pids())
-        if left:
+        gone = self._stop_and_reap(
+            arbiter.signal_workers, arbiter.reap, lambda: bool(arbiter.worker_pids()), arbiter.graceful_timeout()
+        )
+        if gone is None:  # the quick stop: Gunicorn's own stop() finishes it, the dirty pool included
+            return
+        if not gone:
+            left = len(arbiter.worker_pids())
             logger.warning("graceful: %d worker(s) still running after graceful_timeout: killing", left)
             arbiter.signal_workers(signal.SIGKILL)
         self._stop_dirty_pool()
@@ -212,20 +203,37 @@ class MasterShutdown:
         arbiter = self.arbiter
         if not arbiter.dirty_pid():
             return
+        budget = arbiter.dirty_graceful_timeout() + 1
+        if self._stop_and_reap(arbiter.signal_dirty, arbiter.reap_dirty, lambda: bool(arbiter.dirty_pid()), budget):
+            return
+        if not self._quick:
+            logger.warning("graceful: the dirty arbiter still running after dirty_graceful_timeout: killing it")
+            arbiter.kill_dirty_tree()
+
+    def _stop_and_reap(
+        self, send: Callable[[int], object], reap: Callable[[], object], alive: Callable[[], bool], cap: float
+    ) -> bool | None:
+        """Send TERM, then reap until nothing is ``alive()``, within ``cap`` s of the budget (main thread).
+
+        True once all is gone, False when something is still alive at the
+        deadline; None when a SIGINT/SIGQUIT came meanwhile (QUIT was sent:
+        the quick stop, as in Gunicorn).
+        """
         clock = self.lifecycle.clock
-        deadline = clock.now() + self._remaining_budget(arbiter.dirty_graceful_timeout() + 1)
-        arbiter.signal_dirty(signal.SIGTERM)
+        deadline = clock.now() + self._remaining_budget(cap)
+        send(signal.SIGTERM)
         pause = threading.Event()
-        while clock.now() < deadline:
+        while alive() and clock.now() < deadline:
             if self._quick:
-                arbiter.signal_dirty(signal.SIGQUIT)
-                return
-            arbiter.reap_dirty()
-            if not arbiter.dirty_pid():
-                return
+                send(signal.SIGQUIT)
+                return None
+            reap()
+            if not alive():
+                break  # the last one is gone: no pause after it
+            # No portable wait exists for "any of these children exited" alongside
+            # Gunicorn's own reaping, so look often: an exit is seen within 5 ms.
             clock.wait(pause, 0.005)
-        logger.warning("graceful: the dirty arbiter still running after dirty_graceful_timeout: killing it")
-        arbiter.kill_dirty_tree()
+        return not alive()
 
     def _exit_now(self, code: int) -> NoReturn:
         """Second signal (trap thread or main thread): kill the workers and exit ``code`` without waiting.
