@@ -79,7 +79,7 @@ class TestReadme:
         lines = (ROOT / "README.md").read_text().splitlines()
         assert len(lines) <= 200
         first = "\n".join(lines[:80])
-        for one_liner in ("gunicorn -c python:graceful.conf app:app", "Graceful(app)", "python:graceful.django.conf"):
+        for one_liner in ("gunicorn -c python:graceful.conf app:app", "Graceful(app)", "graceful.conf mysite.wsgi"):
             assert one_liner in first
 
     def test_the_two_quick_start_commands(self) -> None:

@@ -15,6 +15,18 @@ The environment beats ``app.config`` so that an operator can change a deployed
 application without changing its code. A bad value raises :class:`ConfigError`
 (a ``ValueError``) naming the variable, the value and what is allowed.
 
+A ``Config`` is a validated value: each field, and the adaptive delay's
+settings against each other. Whether the whole shutdown fits
+``grace_period`` also depends on the hooks an app registers, so it is checked
+once, where a server starts (``Lifecycle.check_budget``), not here.
+:func:`read_setting` reads one value alone (the system checks and ``graceful
+check`` report every refused variable, not only the first).
+
+Which process may set what, under a server of several processes (Gunicorn):
+the master resolves the config once at start-up and its workers inherit it;
+:data:`PER_PROCESS` are the fields a worker may still set for itself (its app's
+own settings), every other one is the server's (:meth:`Config.server_differences`).
+
 Runs in whatever process and thread builds it; a ``Config`` is immutable and
 safe to share between threads.
 """
@@ -31,7 +43,15 @@ from graceful.core.budget import Budget
 from graceful.healthport.address import ALLOWED as _ADDRESSES
 from graceful.healthport.address import HealthAddress, parse_address
 
-__all__ = ["DEFAULT_TERMINATION_LOG", "Config", "ConfigError", "env_name"]
+__all__ = [
+    "DEFAULT_TERMINATION_LOG",
+    "PER_PROCESS",
+    "Config",
+    "ConfigError",
+    "delay_problem",
+    "env_name",
+    "read_setting",
+]
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
@@ -87,6 +107,11 @@ _RULES: dict[str, _Rule] = {
     "termination_log": _Rule(str),
     "metrics_on_app_port": _Rule(bool),
 }
+
+#: The fields each serving process uses for itself alone: a worker's app may set them (its ``app.config``,
+#: ``settings.GRACEFUL``) without its master knowing. The master acts on every other one (the delay, the
+#: hooks' bound, the drain and ``graceful_timeout``, the retry-after mode, the health port, the record).
+PER_PROCESS = frozenset({"retry_after", "max_in_flight", "metrics_on_app_port"})
 
 #: Where Kubernetes reads a container's termination message (its default ``terminationMessagePath``).
 DEFAULT_TERMINATION_LOG = "/dev/termination-log"
@@ -147,6 +172,44 @@ def _parse(source: str, raw: object, rule: _Rule) -> Any:
     return int(number) if rule.kind is int else float(number)
 
 
+def read_setting(key: str, raw: object) -> Any:
+    """One ``GRACEFUL_*`` value read alone, as :meth:`Config.load` reads it; ConfigError names what is wrong.
+
+    For those that report every refused variable at once (the system checks,
+    ``graceful check``): a value read alone is not checked against the
+    others (:meth:`Config.delay_problem`) nor against the budget.
+    """
+    name = key[len("GRACEFUL_") :].lower() if key.startswith("GRACEFUL_") else ""
+    rule = _RULES.get(name)
+    if rule is None or env_name(name) != key:
+        raise ConfigError(_unknown(key))
+    return _parse(key, raw, rule)
+
+
+def delay_problem(maximum: float, floor: float | None, quiet_period: float | None) -> tuple[str, str] | None:
+    """The variable and the message when the adaptive delay's settings disagree with each other, else None.
+
+    ``maximum`` is ``shutdown_delay``, ``floor`` ``shutdown_delay_min``.
+    """
+    if floor is not None and floor > maximum:
+        return env_name("shutdown_delay_min"), (
+            f"{env_name('shutdown_delay_min')}={floor:g} is not allowed: expected at most"
+            f" {env_name('shutdown_delay')} ({maximum:g}), the adaptive delay's maximum"
+        )
+    if quiet_period is not None and floor is None:
+        return env_name("quiet_period"), (
+            f"{env_name('quiet_period')}={quiet_period:g} is not allowed without"
+            f" {env_name('shutdown_delay_min')}: the quiet period ends only the adaptive delay"
+            " (set the floor, or unset the quiet period)"
+        )
+    return None
+
+
+def _unknown(key: str) -> str:
+    known = ", ".join(sorted(env_name(name) for name in _RULES))
+    return f"{key} is not a graceful setting: expected one of {known}"
+
+
 @dataclasses.dataclass(frozen=True)
 class Config:
     """Every graceful setting; all durations in seconds.
@@ -184,8 +247,9 @@ class Config:
     (read when the middleware is built; off: only on the health port or in
     the user's own prometheus_client registry).
 
-    Raises :class:`ConfigError` for any value out of range, and when the
-    budget (see :meth:`check_budget`) does not fit ``grace_period``.
+    Raises :class:`ConfigError` for any value out of range, and for an
+    adaptive delay whose settings disagree (:meth:`delay_problem`); the budget
+    is checked where a server starts (:meth:`check_budget`).
     """
 
     shutdown_delay: float = 5.0
@@ -207,30 +271,13 @@ class Config:
         for field in dataclasses.fields(self):
             value = _parse(field.name, getattr(self, field.name), _RULES[field.name])
             object.__setattr__(self, field.name, value)
-        self._check_delay()
-        self.check_budget()
-
-    def _check_delay(self) -> None:
-        """The adaptive delay's settings must agree with each other (see :meth:`delay_problem`)."""
         problem = self.delay_problem()
         if problem is not None:
             raise ConfigError(problem[1])
 
     def delay_problem(self) -> tuple[str, str] | None:
         """The variable and the message when the adaptive delay's settings disagree, else None."""
-        floor, maximum = self.shutdown_delay_min, self.shutdown_delay
-        if floor is not None and floor > maximum:
-            return env_name("shutdown_delay_min"), (
-                f"{env_name('shutdown_delay_min')}={floor:g} is not allowed: expected at most"
-                f" {env_name('shutdown_delay')} ({maximum:g}), the adaptive delay's maximum"
-            )
-        if self.quiet_period is not None and floor is None:
-            return env_name("quiet_period"), (
-                f"{env_name('quiet_period')}={self.quiet_period:g} is not allowed without"
-                f" {env_name('shutdown_delay_min')}: the quiet period ends only the adaptive delay"
-                " (set the floor, or unset the quiet period)"
-            )
-        return None
+        return delay_problem(self.shutdown_delay, self.shutdown_delay_min, self.quiet_period)
 
     @property
     def adaptive_delay(self) -> bool:
@@ -255,7 +302,7 @@ class Config:
         for source in (environ, mapping or {}):
             for key in source:
                 if key.startswith("GRACEFUL_") and key not in known:
-                    raise ConfigError(f"{key} is not a graceful setting: expected one of {', '.join(sorted(known))}")
+                    raise ConfigError(_unknown(key))
         values: dict[str, Any] = {}
         for name, rule in _RULES.items():
             key = env_name(name)
@@ -273,6 +320,14 @@ class Config:
     def health_address(self) -> HealthAddress | None:
         """``health_bind`` parsed; None when the health port is off."""
         return parse_address(env_name("health_bind"), self.health_bind)
+
+    def server_differences(self, other: Config) -> list[str]:
+        """The fields other than :data:`PER_PROCESS` on which ``other`` differs from this config, in order."""
+        return [
+            field.name
+            for field in dataclasses.fields(self)
+            if field.name not in PER_PROCESS and getattr(self, field.name) != getattr(other, field.name)
+        ]
 
     def replace(self, **changes: Any) -> Config:
         """Return a copy with some fields changed (validated again)."""

@@ -111,6 +111,7 @@ class Lifecycle(Registrations):
         run_pre_shutdown_hooks: bool = True,
     ) -> None:
         self._config = config
+        self._configured = config is not None
         self.clock: Clock = clock or MonotonicClock()
         self.adapter: ServerAdapter = adapter or NullAdapter()
         #: False in a process that serves but does not own the server (a Gunicorn worker).
@@ -394,6 +395,11 @@ class Lifecycle(Registrations):
             self._config = Config.load()
         return self._config
 
+    @property
+    def configured(self) -> bool:
+        """True once a config was given (here or to the constructor), not only read from the environment."""
+        return self._configured
+
     def configure(self, config: Config) -> None:
         """Replace the config; only before this process started running the timeline.
 
@@ -403,6 +409,7 @@ class Lifecycle(Registrations):
         if self._timeline_running:
             raise RuntimeError("cannot change the config: this lifecycle's shutdown is running")
         self._config = config
+        self._configured = True
         self._admission = None
         self.unhindered = False  # after _admission, never before: see refresh_unhindered
 

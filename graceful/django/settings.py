@@ -28,13 +28,14 @@ from __future__ import annotations
 import dataclasses
 import enum
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from django.conf import settings
 
-from graceful.core.config import Config, ConfigError, env_name
+from graceful.core.config import Config, ConfigError, env_name, read_setting
 from graceful.core.lifecycle import Lifecycle
+from graceful.django.discover import SETTING, mapping
 from graceful.gunicorn.adapter.refusal import WorkerRefused
 
 __all__ = [
@@ -47,9 +48,6 @@ __all__ = [
     "mapping",
     "problems",
 ]
-
-#: The Django setting graceful reads.
-SETTING = "GRACEFUL"
 
 _PREFIX = env_name("")
 #: Every GRACEFUL_* name graceful.Config reads.
@@ -90,16 +88,6 @@ class Problem:
     in_environment: bool = False
 
 
-def mapping(value: object) -> dict[str, Any]:
-    """``settings.GRACEFUL``'s items under their ``GRACEFUL_*`` names; raise ConfigError if it is no dict."""
-    if not isinstance(value, Mapping):
-        raise ConfigError(
-            f"settings.{SETTING}={value!r} is not allowed: expected a dict of graceful settings,"
-            " such as {'SHUTDOWN_DELAY': 5}"
-        )
-    return {_PREFIX + str(key): item for key, item in value.items()}
-
-
 def load_config(environ: Mapping[str, str] | None = None, **overrides: Any) -> Config:
     """The config from ``overrides``, then ``environ`` (``os.environ``), then ``settings.GRACEFUL``.
 
@@ -110,18 +98,6 @@ def load_config(environ: Mapping[str, str] | None = None, **overrides: Any) -> C
     return Config.load(environ, mapping=mapping(getattr(settings, SETTING, {})), **overrides)
 
 
-class _ValuesAlone(Config):
-    """graceful.Config's own reading of the values, without its budget: :func:`problems` reads one value at a time.
-
-    One value read alone has no budget (the others keep their defaults);
-    :func:`problems` checks the budget of the whole config once every value
-    passed.
-    """
-
-    def check_budget(self, pre_shutdown_timeouts: Iterable[float] = (), cleanup_timeouts: Iterable[float] = ()) -> None:
-        """Nothing: see the class."""
-
-
 def problems(environ: Mapping[str, str] | None = None) -> list[Problem]:
     """Every refused graceful setting, each with graceful.Config's message; empty when the config loads.
 
@@ -129,7 +105,7 @@ def problems(environ: Mapping[str, str] | None = None) -> list[Problem]:
     ``GRACEFUL_*`` variable of ``environ`` (``os.environ``), then each
     ``settings.GRACEFUL`` key the environment does not override (the
     environment's value wins: the key is not read). Only when every value
-    passes, the budget of the whole config. Any thread; reads, never configures.
+    passes, the whole config: its values together, then its budget. Any thread; reads, never configures.
     """
     environ = os.environ if environ is None else environ
     value = getattr(settings, SETTING, {})
@@ -148,7 +124,11 @@ def problems(environ: Mapping[str, str] | None = None) -> list[Problem]:
     if found:
         return found
     try:
-        load_config(environ)
+        config = load_config(environ)
+    except ConfigError as exc:  # values that pass alone but not together (the adaptive delay's)
+        return [Problem(ProblemKind.VALUE, None, str(exc))]
+    try:
+        config.check_budget()
     except ConfigError as exc:
         return [Problem(ProblemKind.BUDGET, None, str(exc))]
     return []
@@ -161,8 +141,9 @@ def _read_alone(
     from_settings: Mapping[str, Any] | None = None,
 ) -> list[Problem]:
     """``key``'s one value read by graceful.Config: its problem, if any."""
+    raw = (from_environment or from_settings or {})[key]
     try:
-        _ValuesAlone.load(from_environment or {}, mapping=from_settings)
+        read_setting(key, raw)
     except ConfigError as exc:
         kind = ProblemKind.VALUE if key in _KNOWN else ProblemKind.UNKNOWN
         return [Problem(kind, source, str(exc), in_environment=from_environment is not None)]
@@ -172,29 +153,12 @@ def _read_alone(
 def configure_lifecycle(lifecycle: Lifecycle, environ: Mapping[str, str] | None = None) -> Config:
     """Configure ``lifecycle`` from :func:`load_config`; return the config.
 
-    In a Gunicorn worker (a lifecycle that does not run the pre-shutdown
-    hooks: another process owns the server) the master chose its settings
-    before any worker loaded Django; a ``settings.GRACEFUL`` that would change
-    them raises :class:`graceful.ConfigError` naming the fix, rather than
-    leaving the master on other values than the workers.
+    In a Gunicorn worker the master resolved the server's settings before any
+    worker loaded Django, ``settings.GRACEFUL`` included
+    (:mod:`graceful.gunicorn.config`); the worker refuses to boot, in one
+    line, should this config differ from the master's on the server's
+    settings.
     """
     config = load_config(environ)
-    if not lifecycle.run_pre_shutdown_hooks:
-        _refuse_other_than_the_master(lifecycle.config, config)
     lifecycle.configure(config)
     return config
-
-
-def _refuse_other_than_the_master(master: Config, ours: Config) -> None:
-    differing = [
-        field.name for field in dataclasses.fields(Config) if getattr(master, field.name) != getattr(ours, field.name)
-    ]
-    if not differing:
-        return
-    ours_text = ", ".join(f"{env_name(name)}={getattr(ours, name)!r}" for name in differing)
-    master_text = ", ".join(f"{env_name(name)}={getattr(master, name)!r}" for name in differing)
-    raise ConfigError(
-        f"settings.{SETTING} gives {ours_text}, but the Gunicorn master runs with {master_text}: the master"
-        " read its settings before any worker loaded Django; start Gunicorn with -c python:graceful.django.conf"
-        f" (its master reads settings.{SETTING} too), or set these as environment variables"
-    )

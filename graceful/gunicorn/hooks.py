@@ -11,13 +11,15 @@ Gunicorn runs it: the master (``on_starting``, ``when_ready``, ``on_reload``,
 (:mod:`graceful.gunicorn.worker_classes`). A config that defines one of
 these hooks itself calls ours from it (``graceful.conf.post_fork(server, worker)``).
 
-Settings come from ``GRACEFUL_*`` environment variables (see
-``graceful.core.config``), read when this module is imported (to derive
-``graceful_timeout``: Gunicorn reads it then); a bad one stops Gunicorn in
-``on_starting`` with one line naming it. ``graceful_timeout`` is
-derived (drain_timeout + hook_timeout + 1 s, :mod:`graceful.core.budget`)
-unless the user sets it; a value that cannot fit the drain and cleanup, or
-that pushes the shutdown past GRACEFUL_GRACE_PERIOD, is refused at start-up.
+Settings are resolved once, in ``on_starting``, by the master
+(:mod:`graceful.gunicorn.config`: the config file's, a preloaded app's, or
+``GRACEFUL_*`` environment variables over the served Django project's
+``settings.GRACEFUL``); nothing is read at import. ``graceful_timeout`` is
+:data:`~graceful.gunicorn.config.DERIVED` here, which stands for "derive it"
+(drain_timeout + hook_timeout + 1 s, :mod:`graceful.core.budget`) in
+``on_starting``; a value the user sets is kept. A bad setting, a budget that
+cannot fit, or a ``graceful_timeout`` that pushes the shutdown past
+GRACEFUL_GRACE_PERIOD stops Gunicorn in ``on_starting`` with one line.
 """
 
 from __future__ import annotations
@@ -26,12 +28,13 @@ import dataclasses
 import logging
 from typing import Any
 
-from graceful.core.budget import derived_graceful_timeout, graceful_timeout_problem
+from graceful.core.budget import graceful_timeout_problem
 from graceful.core.config import ConfigError
 from graceful.core.default import default_lifecycle
 from graceful.gunicorn.adapter import attach, attached
 from graceful.gunicorn.adapter.arbiter import Arbiter, ArbiterAdapter
 from graceful.gunicorn.adapter.worker import WorkerAdapter
+from graceful.gunicorn.config import DERIVED, apply_graceful_timeout, resolve
 from graceful.gunicorn.health import start_worker_health
 from graceful.gunicorn.master import MasterShutdown
 from graceful.gunicorn.worker import WorkerShutdown
@@ -53,37 +56,20 @@ __all__ = [
     "worker_exit",
 ]
 
-#: Gunicorn's own default ``graceful_timeout``, used while the settings cannot be read.
-GUNICORN_GRACEFUL_TIMEOUT = 30
-
-
-def _graceful_timeout() -> int:
-    """``graceful_timeout`` derived from the settings; Gunicorn's default when they cannot be read.
-
-    Gunicorn reads it from this module's globals when it loads its config, before any hook,
-    so the settings are read here; a bad one is not refused here (an exit while Gunicorn
-    reads its config) but in ``on_starting``, the one place start-up checks happen.
-    """
-    try:
-        config = default_lifecycle.config
-    except ConfigError:
-        return GUNICORN_GRACEFUL_TIMEOUT
-    return derived_graceful_timeout(config.drain_timeout, config.hook_timeout)
-
-
-#: Gunicorn's setting: how long the master waits for workers to drain and clean up.
-graceful_timeout = _graceful_timeout()
+#: Gunicorn's setting, read when it loads this config: "derive it from graceful's settings in on_starting".
+graceful_timeout = DERIVED
 
 
 def _check_settings(arbiter: Arbiter) -> None:
-    """Refuse a budget or a graceful_timeout that cannot work; raise RuntimeError (Gunicorn prints it)."""
+    """Resolve the settings once, derive graceful_timeout; refuse what cannot work (RuntimeError: printed)."""
     lifecycle = default_lifecycle
-    chosen = arbiter.graceful_timeout()
     try:
-        config = lifecycle.config
+        config = resolve(arbiter, lifecycle)
         lifecycle.check_budget()
     except ConfigError as exc:
         raise RuntimeError(f"graceful: {exc}") from None
+    apply_graceful_timeout(arbiter, config)
+    chosen = arbiter.graceful_timeout()
     # Cleanup tasks the app registers later get hook_timeout unless they say otherwise.
     cleanup = max(lifecycle.longest_cleanup_timeout(), config.hook_timeout)
     problem = graceful_timeout_problem(chosen, config.drain_timeout, cleanup)

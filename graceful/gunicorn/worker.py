@@ -45,6 +45,7 @@ from graceful.core.registry import PRE_SHUTDOWN_HOOK
 from graceful.core.stats import REASON_REFUSED_STREAM
 from graceful.gunicorn.adapter.refusal import WorkerRefused
 from graceful.gunicorn.adapter.worker import Worker
+from graceful.gunicorn.config import refusal
 from graceful.gunicorn.http2 import Http2Drain
 from graceful.gunicorn.process_stop import ProcessStop
 from graceful.gunicorn.recycling import GthreadStop
@@ -115,6 +116,8 @@ class WorkerShutdown:
         # waits for the worker: bound it by drain_timeout (this worker's
         # copy of the settings only) to leave time for the cleanup tasks.
         self.graceful_timeout = worker.graceful_timeout()  # the master's wait
+        #: The server's settings, as the master resolved them (inherited at fork), before the app loads.
+        self.server_config = lifecycle.config
         worker.bound_gunicorn_drain(lifecycle.config.drain_timeout)
 
     def start(self) -> None:
@@ -124,8 +127,10 @@ class WorkerShutdown:
             lifecycle.check_budget()
         except ConfigError as exc:
             raise WorkerRefused(f"graceful: {exc}") from None
+        # The app may have configured the lifecycle as it loaded: the master must run the same server.
+        problem = refusal(self.server_config, lifecycle.config)
         # The master checked with the cleanup tasks it could see; the app has registered its own now.
-        problem = graceful_timeout_problem(
+        problem = problem or graceful_timeout_problem(
             self.graceful_timeout, lifecycle.config.drain_timeout, lifecycle.longest_cleanup_timeout()
         )
         if problem is not None:

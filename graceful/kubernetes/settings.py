@@ -10,34 +10,18 @@ Runs only in the ``graceful check`` command.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
+from typing import Any
 
-from graceful.core.config import Config, ConfigError
+from graceful.core.config import Config, ConfigError, delay_problem, env_name, read_setting
 from graceful.kubernetes.manifests import Container
 
 __all__ = ["HEALTH_BIND", "Settings", "health_port"]
 
+_DEFAULTS = Config()
+
 #: The variable that moves probes to their own port (the health port issue); read by GC016.
 HEALTH_BIND = "GRACEFUL_HEALTH_BIND"
-
-
-class _UnbudgetedConfig(Config):
-    """A :class:`Config` whose values are validated but whose budget is not.
-
-    The checker compares the budget with the pod's own grace period, and asks
-    :class:`Config` separately whether graceful would refuse to start (GC009).
-    """
-
-    def check_budget(
-        self,
-        pre_shutdown_timeouts: Iterable[float] = (),
-        cleanup_timeouts: Iterable[float] = (),
-    ) -> None:
-        """Skip the start-up budget check; :meth:`Settings.of` runs the real one, once."""
-
-    def _check_delay(self) -> None:
-        """Skip the check of the delay's settings against each other: one variable is read at a time;
-        :meth:`Settings.of` checks them together (:meth:`Config.delay_problem`)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,7 +56,7 @@ class Settings:
                 unreadable.append(f"{name} (a $(VAR) reference)")
                 continue
             try:
-                _UnbudgetedConfig.load({name: value})
+                read_setting(name, value)
             except ConfigError as exc:
                 refused.append((name, str(exc)))
             else:
@@ -80,16 +64,27 @@ class Settings:
         unreadable.extend(container.env_from)
         # The floor against the maximum, the quiet period against the floor: together, as graceful reads them.
         # Refusing the floor can leave a quiet period without one: look again (each look drops a variable).
-        while (problem := _UnbudgetedConfig.load(accepted).delay_problem()) is not None:
+        while (problem := _delay_problem(accepted)) is not None:
             refused.append(problem)
             del accepted[problem[0]]
+        config = Config.load(accepted)
         try:
-            Config.load(accepted)
+            config.check_budget()
         except ConfigError as exc:
             refusal: str | None = str(exc)
         else:
             refusal = None
-        return cls(_UnbudgetedConfig.load(accepted), accepted, tuple(refused), tuple(unreadable), refusal)
+        return cls(config, accepted, tuple(refused), tuple(unreadable), refusal)
+
+
+def _delay_problem(accepted: Mapping[str, str]) -> tuple[str, str] | None:
+    """The adaptive delay's settings that disagree, of values that each passed alone (defaults for the unset)."""
+
+    def value(name: str) -> Any:
+        key = env_name(name)
+        return read_setting(key, accepted[key]) if key in accepted else getattr(_DEFAULTS, name)
+
+    return delay_problem(value("shutdown_delay"), value("shutdown_delay_min"), value("quiet_period"))
 
 
 def health_port(container: Container) -> int | None:

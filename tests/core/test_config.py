@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -9,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from graceful.core.budget import BUDGET_MARGIN
-from graceful.core.config import Config, ConfigError, env_name
+from graceful.core.config import PER_PROCESS, Config, ConfigError, env_name, read_setting
 
 
 class TestDefaults:
@@ -156,10 +157,17 @@ class TestBudget:
         assert c.budget(pre_shutdown_timeouts=[3], cleanup_timeouts=[2]).total == 5 + 15 + 2 + BUDGET_MARGIN
         assert c.budget(pre_shutdown_timeouts=[9], cleanup_timeouts=[2]).total == 9 + 15 + 2 + BUDGET_MARGIN
 
+    def test_a_config_is_a_value_and_the_budget_is_checked_apart(self) -> None:
+        """An impossible budget still builds a Config (its values are each fine); check_budget refuses it."""
+        config = Config(shutdown_delay=25, grace_period=10)
+        assert config.budget().overrun(10) is not None
+        with pytest.raises(ConfigError, match="does not fit GRACEFUL_GRACE_PERIOD"):
+            config.check_budget()
+
     def test_over_budget_error_shows_each_term_and_the_sum(self) -> None:
         """The error lists delay, longest hook, drain, longest cleanup, margin, the sum and the grace period."""
         with pytest.raises(ConfigError) as info:
-            Config(shutdown_delay=10, drain_timeout=20, grace_period=30)
+            Config(shutdown_delay=10, drain_timeout=20, grace_period=30).check_budget()
         message = str(info.value)
         for part in [
             "shutdown_delay 10s",
@@ -280,4 +288,48 @@ class TestAdaptiveDelaySettings:
     def test_the_budget_counts_the_maximum(self) -> None:
         """The adaptive delay may last its maximum: the budget counts shutdown_delay, not the floor."""
         with pytest.raises(ConfigError, match="grace"):
-            Config(shutdown_delay=30, shutdown_delay_min=1, grace_period=30)
+            Config(shutdown_delay=30, shutdown_delay_min=1, grace_period=30).check_budget()
+
+
+class TestReadSetting:
+    def test_one_value_is_read_as_load_reads_it(self) -> None:
+        """read_setting parses one GRACEFUL_* value with the rule Config.load uses."""
+        assert read_setting("GRACEFUL_SHUTDOWN_DELAY", "2.5") == 2.5
+        assert read_setting("GRACEFUL_SEND_RETRY_AFTER", "yes") is True
+
+    def test_a_bad_value_gets_loads_message(self) -> None:
+        """The message names the variable, the value and what is allowed, word for word as Config.load's."""
+        with pytest.raises(ConfigError) as alone:
+            read_setting("GRACEFUL_DRAIN_TIMEOUT", "-1")
+        with pytest.raises(ConfigError) as loaded:
+            Config.load({"GRACEFUL_DRAIN_TIMEOUT": "-1"})
+        assert str(alone.value) == str(loaded.value)
+
+    @pytest.mark.parametrize("key", ["GRACEFUL_SHUTDOWN_DELY", "GRACEFUL_shutdown_delay", "SHUTDOWN_DELAY"])
+    def test_an_unknown_name_is_refused_with_the_known_ones(self, key: str) -> None:
+        """A misspelt or lower-case name is not a setting: refused, listing the names that are."""
+        with pytest.raises(ConfigError, match=f"{key} is not a graceful setting: expected one of .*GRACEFUL_"):
+            read_setting(key, "1")
+
+    def test_values_read_alone_are_not_checked_together(self) -> None:
+        """A floor above the default maximum passes alone; together, Config refuses it (delay_problem)."""
+        assert read_setting("GRACEFUL_SHUTDOWN_DELAY_MIN", "9") == 9.0
+        with pytest.raises(ConfigError, match="GRACEFUL_SHUTDOWN_DELAY_MIN=9 is not allowed"):
+            Config(shutdown_delay_min=9)
+
+
+class TestServerDifferences:
+    def test_per_process_fields_may_differ(self) -> None:
+        """max_in_flight, retry_after and metrics_on_app_port are each process's own: no difference for the server."""
+        assert Config().server_differences(Config(max_in_flight=4, retry_after=9, metrics_on_app_port=True)) == []
+
+    def test_every_other_field_is_the_servers(self) -> None:
+        """The delay and the drain bound differ: both named, in field order."""
+        assert Config().server_differences(Config(drain_timeout=3, shutdown_delay=1)) == [
+            "shutdown_delay",
+            "drain_timeout",
+        ]
+
+    def test_the_per_process_set_names_real_fields(self) -> None:
+        """PER_PROCESS holds field names only (a typo would silently make a field the server's)."""
+        assert {field.name for field in dataclasses.fields(Config)} >= PER_PROCESS

@@ -14,8 +14,20 @@ from tests.conftest import LIVE, ROOT
 PROJECT = LIVE / "django_project"
 GUNICORN = str(Path(sys.executable).with_name("gunicorn"))
 GRACEFUL = str(Path(sys.executable).with_name("graceful"))
-#: The project's Gunicorn config: graceful.conf, with settings.GRACEFUL read by the master.
-DJANGO_CONF = "python:graceful.django.conf"
+#: The project's Gunicorn config: graceful.conf, whose master reads settings.GRACEFUL too.
+DJANGO_CONF = "python:graceful.conf"
+
+
+def hidden_settings_app(tmp_path: Path) -> str:
+    """An app module (in ``tmp_path``, which must be on PYTHONPATH) that names its settings module in a way
+    the master cannot read without running it; returns its Gunicorn app URI."""
+    (tmp_path / "hidden_wsgi.py").write_text(
+        "import os\n"
+        "os.environ.setdefault('DJANGO_SETTINGS_MODULE', '.'.join(['testsite', 'settings']))\n"
+        "from django.core.wsgi import get_wsgi_application\n"
+        "application = get_wsgi_application()\n"
+    )
+    return "hidden_wsgi:application"
 
 
 def project_env(tmp_path: Path, graceful: dict[str, Any] | None = None, **extra: str) -> dict[str, str]:

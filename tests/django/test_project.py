@@ -23,7 +23,7 @@ import requests
 import graceful
 from tests.app_harness import AppGunicorn
 from tests.conftest import Processes
-from tests.django.project import DJANGO_CONF, GUNICORN, PROJECT, project_env
+from tests.django.project import DJANGO_CONF, GUNICORN, PROJECT, hidden_settings_app, project_env
 from tests.e2e_harness import DELAY_EDGE, assert_nothing_lost, free_port, sigterm_under_load
 from tests.gunicorn.test_gunicorn import WORKERS, Server, _has_control_socket
 from tests.serve.test_server import Served
@@ -50,12 +50,17 @@ def django_gunicorn(processes: Processes, tmp_path: Path) -> Start:
         env: dict[str, str] | None = None,
         ready: bool = True,
         options: tuple[str, ...] = (),
+        app: str = "testsite.wsgi",
+        settings_in_environment: bool = True,
     ) -> Server:
         port = free_port()
-        argv = [GUNICORN, "-c", config, "-b", f"127.0.0.1:{port}", *WORKERS[worker], *options, "testsite.wsgi"]
+        argv = [GUNICORN, "-c", config, "-b", f"127.0.0.1:{port}", *WORKERS[worker], *options, app]
         if _has_control_socket():  # tests must not share ~/.gunicorn/gunicorn.ctl
             argv[1:1] = ["--no-control-socket"]
         full_env = project_env(tmp_path, graceful, **(env or {}))
+        full_env["PYTHONPATH"] += f":{tmp_path}"  # hidden_settings_app's module
+        if not settings_in_environment:  # as Gunicorn users run it: wsgi.py sets it
+            del full_env["DJANGO_SETTINGS_MODULE"]
         server = Server(processes.start(argv, env=full_env, cwd=PROJECT), port)
         if ready:
             server.wait_ready()
@@ -121,41 +126,78 @@ class TestDatabaseReadiness:
 
 class TestGracefulSettings:
     @pytest.mark.parametrize(
-        ("graceful", "env", "low", "high"),
+        ("graceful", "env", "in_environment", "low", "high"),
         [
-            ({"SHUTDOWN_DELAY": 2.5, "DRAIN_TIMEOUT": 5}, {}, 2.5, 4.5),
-            ({"SHUTDOWN_DELAY": 4, "DRAIN_TIMEOUT": 5}, {"GRACEFUL_SHUTDOWN_DELAY": "1"}, 1.0, 3.0),
+            ({"SHUTDOWN_DELAY": 2.5, "DRAIN_TIMEOUT": 5}, {}, False, 2.5, 4.5),
+            ({"SHUTDOWN_DELAY": 2.5, "DRAIN_TIMEOUT": 5}, {}, True, 2.5, 4.5),
+            ({"SHUTDOWN_DELAY": 4, "DRAIN_TIMEOUT": 5}, {"GRACEFUL_SHUTDOWN_DELAY": "1"}, False, 1.0, 3.0),
         ],
-        ids=["settings", "environment-beats-settings"],
+        ids=["settings-named-in-wsgi-py", "settings-named-in-the-environment", "environment-beats-settings"],
     )
     def test_the_delay_comes_from_settings_unless_the_environment_says(
-        self, django_gunicorn: Start, graceful: dict[str, Any], env: dict[str, str], low: float, high: float
+        self,
+        django_gunicorn: Start,
+        graceful: dict[str, Any],
+        env: dict[str, str],
+        in_environment: bool,
+        low: float,
+        high: float,
     ) -> None:
-        """The master keeps serving for settings.GRACEFUL's SHUTDOWN_DELAY, or GRACEFUL_SHUTDOWN_DELAY's if set."""
-        server = django_gunicorn(graceful, env=env)
+        """One line, -c python:graceful.conf: the master keeps serving for settings.GRACEFUL's SHUTDOWN_DELAY
+        (the settings module named by wsgi.py as generated, or by DJANGO_SETTINGS_MODULE), or for
+        GRACEFUL_SHUTDOWN_DELAY's when set; its workers agree and boot."""
+        server = django_gunicorn(graceful, env=env, settings_in_environment=in_environment)
         server.term()
         assert server.exit_code(30) == 0
         assert low <= not_accepting_after(server) < high
 
-    def test_plain_graceful_conf_with_settings_the_master_missed_stops_at_boot(self, django_gunicorn: Start) -> None:
-        """Under -c python:graceful.conf, settings.GRACEFUL changing the delay stops the worker with one line, then
-        the master ("App failed to load", exit 4), never forking again."""
+    def test_the_old_django_config_is_an_alias(self, django_gunicorn: Start) -> None:
+        """-c python:graceful.django.conf (graceful 0.2's line) still runs the settings' delay."""
         server = django_gunicorn(
-            {"SHUTDOWN_DELAY": 2.5}, config="python:graceful.conf", ready=False, options=ONE_WORKER
+            {"SHUTDOWN_DELAY": 2.5, "DRAIN_TIMEOUT": 5},
+            config="python:graceful.django.conf",
+            settings_in_environment=False,
+        )
+        server.term()
+        assert server.exit_code(30) == 0
+        assert 2.5 <= not_accepting_after(server) < 4.5
+
+    def test_settings_the_master_cannot_find_stop_the_worker_at_boot(
+        self, django_gunicorn: Start, tmp_path: Path
+    ) -> None:
+        """An app module that names its settings only at run time: the master runs the defaults, so a worker whose
+        settings.GRACEFUL changes the delay stops with the one refusal line, then the master ("App failed to
+        load", exit 4), never forking again."""
+        server = django_gunicorn(
+            {"SHUTDOWN_DELAY": 2.5},
+            app=hidden_settings_app(tmp_path),
+            settings_in_environment=False,
+            ready=False,
+            options=ONE_WORKER,
         )
         assert server.exit_code(30) == 4, "\n".join(server.lines)
-        lines = server.matching(r"settings\.GRACEFUL gives")
+        lines = server.matching(r"graceful: the app configures")
         assert len(lines) == len(booted_workers(server)) == 1  # no worker forked after the first failed
-        assert all(
-            re.fullmatch(r"settings\.GRACEFUL gives GRACEFUL_SHUTDOWN_DELAY=2\.5, .*django\.conf.*", x) for x in lines
+        assert re.fullmatch(
+            r"graceful: the app configures GRACEFUL_SHUTDOWN_DELAY=2\.5, but the Gunicorn master runs with"
+            r" GRACEFUL_SHUTDOWN_DELAY=5\.0: .*\(preload_app\)",
+            lines[0],
         )
         assert server.matching(r"Reason: App failed to load")
         assert not server.matching("Traceback")
 
-    def test_an_unknown_key_stops_a_worker_with_one_line(self, django_gunicorn: Start) -> None:
-        """Under plain graceful.conf the worker's django.setup() meets the misspelt key: Config's message on a line of
-        its own, no traceback, and the master stops (exit 4)."""
-        server = django_gunicorn({"SHUTDOWN_DELY": 1}, config="python:graceful.conf", ready=False, options=ONE_WORKER)
+    def test_an_unknown_key_the_master_cannot_see_stops_a_worker_with_one_line(
+        self, django_gunicorn: Start, tmp_path: Path
+    ) -> None:
+        """Settings the master cannot find: the worker's django.setup() meets the misspelt key: Config's message
+        on a line of its own, no traceback, and the master stops (exit 4)."""
+        server = django_gunicorn(
+            {"SHUTDOWN_DELY": 1},
+            app=hidden_settings_app(tmp_path),
+            settings_in_environment=False,
+            ready=False,
+            options=ONE_WORKER,
+        )
         assert server.exit_code(30) == 4, "\n".join(server.lines)
         with pytest.raises(graceful.ConfigError) as refused:
             graceful.Config.load(environ={"GRACEFUL_SHUTDOWN_DELY": "1"})
@@ -164,7 +206,7 @@ class TestGracefulSettings:
         assert not server.matching("Traceback")
 
     def test_the_health_port_from_settings(self, django_gunicorn: Start) -> None:
-        """settings.GRACEFUL's HEALTH_BIND reaches the master under graceful.django.conf: the port answers."""
+        """settings.GRACEFUL's HEALTH_BIND reaches the master: the port answers."""
         port = free_port()
         server = django_gunicorn({"HEALTH_BIND": f"127.0.0.1:{port}"})
         server.wait_for(rf"graceful: health port listening on 127\.0\.0\.1:{port}")
@@ -186,18 +228,14 @@ class TestGracefulSettings:
         assert str(refused.value).startswith("GRACEFUL_SHUTDOWN_DELY is not a graceful setting: expected one of ")
         assert server.lines == [f"graceful: {refused.value}"]
 
-    def test_without_django_settings_module_the_master_stops_with_one_line(
-        self, processes: Processes, tmp_path: Path
-    ) -> None:
-        """graceful.django.conf needs DJANGO_SETTINGS_MODULE: without it the master exits 1 saying so."""
-        env = project_env(tmp_path)
-        del env["DJANGO_SETTINGS_MODULE"]
-        argv = [GUNICORN, "-c", DJANGO_CONF, "-b", f"127.0.0.1:{free_port()}", "testsite.wsgi"]
-        server = Server(processes.start(argv, env=env, cwd=PROJECT), 0)
+    def test_settings_that_fail_to_import_stop_the_master_with_one_line(self, django_gunicorn: Start) -> None:
+        """A settings module the master cannot import: exit 1 with one line naming it and the error."""
+        server = django_gunicorn(env={"DJANGO_SETTINGS_MODULE": "testsite.no_such_settings"}, ready=False)
         assert server.exit_code(30) == 1
-        (line,) = server.lines
-        assert line.startswith("graceful: Requested setting GRACEFUL, but settings are not configured.")
-        assert "DJANGO_SETTINGS_MODULE" in line
+        assert server.lines == [
+            "graceful: cannot read settings.GRACEFUL: importing testsite.no_such_settings (DJANGO_SETTINGS_MODULE)"
+            " failed: ModuleNotFoundError: No module named 'testsite.no_such_settings'"
+        ]
 
 
 @pytest.mark.load

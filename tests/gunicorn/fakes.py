@@ -34,6 +34,7 @@ class FakeArbiter:
         graceful_timeout: float = 30.0,
         successor: int = 0,
         predecessor: int = 0,
+        app_uri: str = "app:app",
         shared_listeners: bool = False,
         own_listeners: bool = False,
         exit_on: tuple[int, ...] = (signal.SIGTERM, signal.SIGQUIT, signal.SIGKILL),
@@ -50,6 +51,7 @@ class FakeArbiter:
         self._graceful_timeout = graceful_timeout
         self.successor = successor
         self.predecessor = predecessor
+        self._app_uri = app_uri
         self.shared_listeners = shared_listeners
         self.own_listeners = own_listeners
         #: The signals the workers exit on when sent (the others they ignore).
@@ -77,6 +79,12 @@ class FakeArbiter:
 
     def graceful_timeout(self) -> float:
         return self._graceful_timeout
+
+    def set_graceful_timeout(self, seconds: int) -> None:
+        self._graceful_timeout = seconds
+
+    def app_uri(self) -> str:
+        return self._app_uri
 
     def workers_own_listeners(self) -> bool:
         return self.own_listeners

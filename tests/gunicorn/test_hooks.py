@@ -13,7 +13,8 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,6 +24,7 @@ from graceful.core.config import Config
 from graceful.core.lifecycle import Lifecycle
 from graceful.gunicorn import hooks
 from graceful.gunicorn.adapter import attached
+from graceful.gunicorn.adapter.refusal import WorkerRefused
 from graceful.gunicorn.master import MasterShutdown
 from graceful.gunicorn.stop_reason import StopReason
 from graceful.gunicorn.worker import WorkerShutdown
@@ -75,11 +77,13 @@ def started(made: list[Any], **options: object) -> Any:
     return arbiter
 
 
-def forked(made: list[Any], arbiter: Any) -> Any:
-    """A sync worker after ``post_fork`` and ``post_worker_init`` (its app loaded as Gunicorn's load_wsgi does)."""
+def forked(made: list[Any], arbiter: Any, loading: Callable[[], object] = lambda: None) -> Any:
+    """A sync worker after ``post_fork`` and ``post_worker_init`` (its app loaded as Gunicorn's load_wsgi does:
+    ``loading()`` is what the app's import does, such as configuring the lifecycle)."""
     worker = SyncWorker(1, os.getpid(), [], arbiter.app, arbiter.timeout, arbiter.cfg, arbiter.log)
     made.append(worker)
     hooks.post_fork(arbiter, worker)
+    loading()
     worker.wsgi = app
     hooks.post_worker_init(worker)
     return worker
@@ -108,6 +112,52 @@ class TestOnStarting:
         with pytest.raises(RuntimeError, match="graceful_timeout"):
             hooks.on_starting(arbiter)
 
+    def test_graceful_confs_graceful_timeout_is_derived_from_the_settings(
+        self, lifecycle: Lifecycle, process: list[Any]
+    ) -> None:
+        """graceful.conf's 0 means "derive it": drain_timeout 3 + hook_timeout 2 + 1 s, set before any fork."""
+        arbiter = started(process, graceful_timeout=hooks.graceful_timeout)
+        assert hooks.graceful_timeout == 0
+        assert arbiter.cfg.graceful_timeout == 6
+
+    def test_a_graceful_timeout_the_user_chose_is_kept(self, lifecycle: Lifecycle, process: list[Any]) -> None:
+        """--graceful-timeout 9 (or a config file's): checked, never changed."""
+        assert started(process, graceful_timeout=9).cfg.graceful_timeout == 9
+
+    def test_a_reload_derives_it_again(self, lifecycle: Lifecycle, process: list[Any]) -> None:
+        """HUP re-reads Gunicorn's config (graceful_timeout back to graceful.conf's 0): on_reload derives it again,
+        from the settings resolved at start-up."""
+        arbiter = started(process, graceful_timeout=0)
+        arbiter.cfg.set("graceful_timeout", 0)
+        hooks.on_reload(arbiter)
+        assert arbiter.cfg.graceful_timeout == 6
+
+    def test_unconfigured_the_environment_beats_the_django_projects_settings(
+        self, process: list[Any], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    ) -> None:
+        """No config before on_starting: the master resolves it once, GRACEFUL_* variables over settings.GRACEFUL
+        of the project its wsgi.py names (read, never run), over the defaults."""
+        fresh = Lifecycle(clock=FakeClock())
+        monkeypatch.setattr(hooks, "default_lifecycle", fresh)
+        monkeypatch.syspath_prepend(str(tmp_path))
+        (tmp_path / "site7").mkdir()
+        (tmp_path / "site7" / "settings.py").write_text("GRACEFUL = {'SHUTDOWN_DELAY': 2, 'DRAIN_TIMEOUT': 7}\n")
+        (tmp_path / "site7" / "wsgi.py").write_text(
+            "import os\nos.environ.setdefault('DJANGO_SETTINGS_MODULE', 'site7.settings')\nraise SystemExit(3)\n"
+        )
+        monkeypatch.delenv("DJANGO_SETTINGS_MODULE", raising=False)
+        monkeypatch.setenv("GRACEFUL_SHUTDOWN_DELAY", "1.5")
+        arbiter = started(process, graceful_timeout=0, wsgi_app="site7.wsgi:application")
+        assert fresh.configured
+        assert (fresh.config.shutdown_delay, fresh.config.drain_timeout) == (1.5, 7.0)
+        assert arbiter.cfg.graceful_timeout == 7 + 5 + 1  # drain 7 + hook_timeout 5 (default) + 1
+
+    def test_a_config_given_before_on_starting_is_the_servers(self, lifecycle: Lifecycle, process: list[Any]) -> None:
+        """Configured by the config file or a preloaded app: on_starting keeps it, whatever the environment says."""
+        os.environ["GRACEFUL_SHUTDOWN_DELAY"] = "4"
+        started(process)
+        assert lifecycle.config.shutdown_delay == 1.0
+
     def test_keeps_the_masters_part_on_the_arbiter(self, lifecycle: Lifecycle, process: list[Any]) -> None:
         """on_starting makes the master's part (no health port unless asked) and keeps it on the arbiter."""
         arbiter = started(process)
@@ -117,12 +167,12 @@ class TestOnStarting:
 
 
 class TestBadSettings:
-    def test_importing_the_config_never_exits(self) -> None:
-        """A bad GRACEFUL_* value: graceful.conf imports (graceful_timeout falls back to Gunicorn's 30)."""
+    def test_importing_the_config_reads_nothing(self) -> None:
+        """A bad GRACEFUL_* value: graceful.conf imports, reading no setting (graceful_timeout 0: derive it later)."""
         env = dict(os.environ, GRACEFUL_SHUTDOWN_DELAY="soon", PYTHONPATH=str(ROOT))
-        code = "import graceful.conf; print(graceful.conf.graceful_timeout)"
+        code = "import graceful, graceful.conf as c; print(c.graceful_timeout, graceful.default_lifecycle.configured)"
         done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
-        assert (done.returncode, done.stdout.strip()) == (0, "30"), done.stderr
+        assert (done.returncode, done.stdout.strip()) == (0, "0 False"), done.stderr
 
     def test_on_starting_refuses_it_in_one_line(self, monkeypatch: pytest.MonkeyPatch, process: list[Any]) -> None:
         """on_starting names the variable, the value and what is allowed, as the one error Gunicorn prints."""
@@ -180,6 +230,31 @@ class TestWorkerHooks:
         worker = forked(process, started(process))
         assert isinstance(attached(worker), WorkerShutdown)
         assert isinstance(worker.wsgi, GracefulMiddleware)
+
+    def test_an_app_that_configures_other_server_settings_is_refused_at_boot(
+        self, lifecycle: Lifecycle, process: list[Any]
+    ) -> None:
+        """Flask's app.config (or any app) giving another delay than the master's: the worker refuses to boot
+        with the one line that names both values and the fix."""
+        arbiter = started(process)
+        configure = lambda: lifecycle.configure(lifecycle.config.replace(shutdown_delay=2))  # noqa: E731
+        with pytest.raises(WorkerRefused) as refused:
+            forked(process, arbiter, loading=configure)
+        message = str(refused.value)
+        assert message.startswith(
+            "graceful: the app configures GRACEFUL_SHUTDOWN_DELAY=2.0, but the Gunicorn master runs with"
+            " GRACEFUL_SHUTDOWN_DELAY=1.0: "
+        )
+        assert "\n" not in message and message.endswith("(preload_app)")
+
+    def test_an_app_may_set_its_own_per_process_settings(self, lifecycle: Lifecycle, process: list[Any]) -> None:
+        """max_in_flight is each worker's own: the worker boots with it."""
+        arbiter = started(process)
+        worker = forked(
+            process, arbiter, loading=lambda: lifecycle.configure(lifecycle.config.replace(max_in_flight=3))
+        )
+        assert isinstance(worker.wsgi, GracefulMiddleware)
+        assert lifecycle.admission.limit == 3
 
     def test_pre_request_asks_for_close_once_shutting_down(self, lifecycle: Lifecycle, process: list[Any]) -> None:
         """pre_request: Connection: close from ShutdownInitiated on."""

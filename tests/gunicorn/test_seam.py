@@ -83,9 +83,7 @@ class TestSeam:
         """Every contact with Gunicorn goes through graceful.gunicorn.adapter."""
         modules = modules_outside_the_adapter()
         assert len(modules) > 50  # the whole package is read, not an empty glob
-        found = [
-            use for path in modules for use in uses_of_internals(path.read_text(), str(path.relative_to(PACKAGE)))
-        ]
+        found = [use for path in modules for use in uses_of_internals(path.read_text(), str(path.relative_to(PACKAGE)))]
         assert found == []
 
     def test_the_check_finds_each_kind_of_use(self) -> None:

@@ -77,6 +77,12 @@ class Arbiter(Protocol):
     def graceful_timeout(self) -> float:
         """Gunicorn's ``graceful_timeout``: how long its stop waits for the workers."""
 
+    def set_graceful_timeout(self, seconds: int) -> None:
+        """Before any fork (``on_starting``, ``on_reload``): set Gunicorn's ``graceful_timeout``."""
+
+    def app_uri(self) -> str:
+        """What Gunicorn serves, as given (``mysite.wsgi:application``), or ``""``."""
+
     def workers_own_listeners(self) -> bool:
         """True when each worker binds its own listeners (reuse_port, Gunicorn 24+), the master none."""
 
@@ -187,6 +193,17 @@ class ArbiterAdapter:
     def graceful_timeout(self) -> float:
         """See :meth:`Arbiter.graceful_timeout`."""
         return float(self._server.cfg.graceful_timeout)
+
+    def set_graceful_timeout(self, seconds: int) -> None:
+        """See :meth:`Arbiter.set_graceful_timeout`. Gunicorn reads it from its config at each use, never caches it."""
+        self._server.cfg.set("graceful_timeout", seconds)
+
+    def app_uri(self) -> str:
+        """See :meth:`Arbiter.app_uri`."""
+        uri = getattr(getattr(self._server, "app", None), "app_uri", None) or getattr(
+            self._server.cfg, "wsgi_app", None
+        )
+        return uri if isinstance(uri, str) else ""
 
     def worker_timeout(self) -> float:
         """Gunicorn's ``timeout`` (0: off): after it, the master kills a silent worker."""

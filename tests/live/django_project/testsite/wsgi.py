@@ -1,6 +1,7 @@
 """WSGI config as `django-admin startproject` writes it: nothing graceful here.
 
-Under `gunicorn -c python:graceful.django.conf` each worker wraps the app itself.
+Under `gunicorn -c python:graceful.conf` each worker wraps the app itself, and the master reads the
+settings module named below.
 """
 
 import os
