@@ -226,16 +226,18 @@ class TestGracefulSettings:
         with pytest.raises(graceful.ConfigError) as refused:
             graceful.Config.load(environ={"GRACEFUL_SHUTDOWN_DELY": "1"})
         assert str(refused.value).startswith("GRACEFUL_SHUTDOWN_DELY is not a graceful setting: expected one of ")
-        assert server.lines == [f"graceful: {refused.value}"]
+        assert server.matching("graceful") == [f"Error: graceful: {refused.value}"]  # on_starting's refusal
+        assert not server.matching("Traceback")
 
     def test_settings_that_fail_to_import_stop_the_master_with_one_line(self, django_gunicorn: Start) -> None:
         """A settings module the master cannot import: exit 1 with one line naming it and the error."""
         server = django_gunicorn(env={"DJANGO_SETTINGS_MODULE": "testsite.no_such_settings"}, ready=False)
         assert server.exit_code(30) == 1
-        assert server.lines == [
-            "graceful: cannot read settings.GRACEFUL: importing testsite.no_such_settings (DJANGO_SETTINGS_MODULE)"
-            " failed: ModuleNotFoundError: No module named 'testsite.no_such_settings'"
+        assert server.matching("graceful") == [
+            "Error: graceful: cannot read settings.GRACEFUL: importing testsite.no_such_settings"
+            " (DJANGO_SETTINGS_MODULE) failed: ModuleNotFoundError: No module named 'testsite.no_such_settings'"
         ]
+        assert not server.matching("Traceback")
 
 
 @pytest.mark.load
