@@ -19,6 +19,7 @@ from graceful.core.default import (
 from graceful.core.hooks import HookResult, Outcome, ShutdownReport
 from graceful.core.lifecycle import Lifecycle, NullAdapter, ServerAdapter
 from graceful.core.registry import DuplicateNameError, PhaseStartedError
+from graceful.core.role import Role
 from graceful.core.signals import LifecycleSignal
 from graceful.core.waitgroup import SafeWaitGroup, WaitGroupClosed
 from graceful.process.trap import SignalTrap
@@ -38,6 +39,7 @@ __all__ = [
     "NullAdapter",
     "Outcome",
     "PhaseStartedError",
+    "Role",
     "SafeWaitGroup",
     "ServerAdapter",
     "ShutdownReport",

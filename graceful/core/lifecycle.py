@@ -75,6 +75,7 @@ from graceful.core.delay import DelayEnd, DelayOutcome, run_delay
 from graceful.core.hooks import HookBatch, HookResult, ShutdownReport
 from graceful.core.logfields import log_fields
 from graceful.core.registry import CLEANUP_TASK, POST_START_HOOK, PRE_SHUTDOWN_HOOK, Registrations, Registry
+from graceful.core.role import Role
 from graceful.core.signals import LifecycleSignal
 from graceful.core.stats import SAMPLE_INTERVAL, RequestStats, Sample, Sampler
 from graceful.core.waitgroup import SafeWaitGroup
@@ -108,14 +109,14 @@ class Lifecycle(Registrations):
         *,
         clock: Clock | None = None,
         adapter: ServerAdapter | None = None,
-        run_pre_shutdown_hooks: bool = True,
+        role: Role = Role.SERVER,
     ) -> None:
         self._config = config
         self._configured = config is not None
         self.clock: Clock = clock or MonotonicClock()
         self.adapter: ServerAdapter = adapter or NullAdapter()
-        #: False in a process that serves but does not own the server (a Gunicorn worker).
-        self.run_pre_shutdown_hooks = run_pre_shutdown_hooks
+        #: This process's part in the shutdown (see :meth:`become_master`, :meth:`become_worker`).
+        self.role = role
         self.registry = Registry()
         self.in_flight = SafeWaitGroup()
         self._admission: AdmissionLimit | None = None
@@ -141,8 +142,6 @@ class Lifecycle(Registrations):
         self.last_arrival: Callable[[], float | None] = lambda: self.stats.last_arrival_at
         #: How the shutdown delay ended, once it has (in the process that runs it).
         self.delay_outcome: DelayOutcome | None = None
-        #: False in a process that serves no requests (a Gunicorn master): no samples taken.
-        self.serves_requests = True
         self._sampler: Sampler | None = None
         #: What serves the app, for ``graceful_info`` and the record: ``gunicorn``, ``graceful serve``, ...
         self.server = "wsgi"
@@ -217,6 +216,30 @@ class Lifecycle(Registrations):
                 outcome.describe(),
                 extra=self.log_fields("delay_ended"),
             )
+
+    @property
+    def run_pre_shutdown_hooks(self) -> bool:
+        """False in a process that serves but does not own the server (a Gunicorn worker): :class:`Role`."""
+        return self.role.runs_pre_shutdown_hooks
+
+    @property
+    def serves_requests(self) -> bool:
+        """False in a process that serves no requests (a Gunicorn master): no samples taken. :class:`Role`."""
+        return self.role.serves_requests
+
+    def become_master(self, server: str, worker_class: str) -> None:
+        """A Gunicorn master, main thread, ``on_starting``: it runs the delay and the hooks, serves nothing."""
+        self.role = Role.MASTER
+        self.server, self.worker_class = server, worker_class
+
+    def become_worker(self, no_pre_shutdown_hooks: str) -> None:
+        """A forked worker, main thread, at once (``post_fork``): a lifecycle of its own that serves, drains
+        and cleans up, its master running the rest; a pre-shutdown hook registered from now on is refused,
+        saying ``no_pre_shutdown_hooks``."""
+        self.reinit_after_fork()
+        self.role = Role.WORKER
+        self.adapter = NullAdapter()
+        self.registry.close(PRE_SHUTDOWN_HOOK, no_pre_shutdown_hooks)
 
     def initiate_shutdown(self) -> None:
         """Fire ShutdownInitiated and start the pre-shutdown hooks (if this lifecycle runs them)."""
@@ -601,9 +624,8 @@ class Lifecycle(Registrations):
         self._tail_done = threading.Event()
         self.report = ShutdownReport()
         self.delay_outcome = None
-        # The child counts and samples its own requests (a Gunicorn master's serve none).
+        # The child counts and samples its own requests.
         self.stats = RequestStats(self.clock)
-        self.serves_requests = True
         # Forked during the shutdown delay: resume_after_fork() counts and samples it, once the
         # child may start a thread (a thread started before gevent's monkey-patching is an OS
         # thread that threading, once patched, cannot account for when it ends).

@@ -96,9 +96,7 @@ class MasterShutdown:
         #: The health port (GRACEFUL_HEALTH_BIND), bound already; None when it is off.
         self.health = MasterHealth.create(arbiter, lifecycle)
         # The master serves no requests: its workers count and sample their own.
-        lifecycle.serves_requests = False
-        lifecycle.server = "gunicorn"
-        lifecycle.worker_class = arbiter.worker_class_setting()
+        lifecycle.become_master("gunicorn", arbiter.worker_class_setting())
 
     # -- main thread ------------------------------------------------------------
 

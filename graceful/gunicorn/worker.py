@@ -39,9 +39,8 @@ from typing import TYPE_CHECKING, Any
 
 from graceful.core.budget import graceful_timeout_problem
 from graceful.core.config import ConfigError
-from graceful.core.lifecycle import Lifecycle, NullAdapter, SignalListener
+from graceful.core.lifecycle import Lifecycle, SignalListener
 from graceful.core.record import ROLE_WORKER, part_of
-from graceful.core.registry import PRE_SHUTDOWN_HOOK
 from graceful.core.stats import REASON_REFUSED_STREAM
 from graceful.gunicorn.adapter.refusal import WorkerRefused
 from graceful.gunicorn.adapter.worker import Worker
@@ -93,14 +92,11 @@ class WorkerShutdown:
         self.pid = os.getpid()
         self.lifecycle = lifecycle
         self.shared = shared
-        lifecycle.reinit_after_fork()
+        lifecycle.become_worker(_IN_WORKER)
         # Arrivals during the shutdown go on the server's board too: the master's adaptive delay reads it.
         lifecycle.stats.publish_arrivals(shared.arrivals.slot)
         # The master's reaction to signals (broadcasts, systemd) came along in the fork copy.
         lifecycle.unsubscribe(master_listener)
-        lifecycle.run_pre_shutdown_hooks = False
-        lifecycle.adapter = NullAdapter()
-        lifecycle.registry.close(PRE_SHUTDOWN_HOOK, _IN_WORKER)
         #: Why and since when this worker stops (see graceful.gunicorn.process_stop).
         self.stop = ProcessStop(worker, shared)
         self.stop.on_begin = self._drain_begins

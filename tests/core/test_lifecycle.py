@@ -13,6 +13,7 @@ from graceful.core.config import Config
 from graceful.core.hooks import Outcome
 from graceful.core.lifecycle import Lifecycle
 from graceful.core.registry import PhaseStartedError
+from graceful.core.role import Role
 from graceful.testing import FakeClock, SignalRecorder, run_shutdown
 from tests.conftest import QUICK_HOOKS_ORDER
 
@@ -283,8 +284,8 @@ class TestRegistrationPhases:
 
 class TestWorkerScope:
     def test_worker_lifecycle_does_not_run_server_hooks(self) -> None:
-        """run_pre_shutdown_hooks=False: ShutdownInitiated fires, pre-shutdown hooks do not run."""
-        lc = Lifecycle(Config(shutdown_delay=0), clock=FakeClock(), run_pre_shutdown_hooks=False)
+        """A worker's lifecycle (Role.WORKER): ShutdownInitiated fires, pre-shutdown hooks do not run."""
+        lc = Lifecycle(Config(shutdown_delay=0), clock=FakeClock(), role=Role.WORKER)
         calls = []
         lc.pre_shutdown_hook("server")(lambda: calls.append(1))
         lc.initiate_shutdown()
@@ -454,7 +455,7 @@ class TestObservation:
     def test_no_samples_in_a_process_serving_no_requests(self) -> None:
         """A lifecycle that serves no requests (a Gunicorn master's) takes no samples."""
         lc, _ = lifecycle(shutdown_delay=1)
-        lc.serves_requests = False
+        lc.role = Role.MASTER
         run_shutdown(lc)
         assert lc.samples == []
 
@@ -506,13 +507,22 @@ class TestObservation:
         assert all(r.started_at is not None for r in results)
 
     def test_a_fork_copy_counts_its_own_requests(self) -> None:
-        """After reinit_after_fork the statistics start from zero and the process samples again."""
+        """A master's copy that becomes a worker: its statistics start from zero and it samples its requests."""
         lc, _ = lifecycle(shutdown_delay=1)
-        lc.serves_requests = False
+        lc.become_master("gunicorn", "sync")
+        assert (lc.role, lc.serves_requests, lc.run_pre_shutdown_hooks) == (Role.MASTER, False, True)
         lc.stats.rejected("draining")
-        lc.reinit_after_fork()
+        lc.become_worker("a worker")
         assert lc.stats.rejections()["draining"] == 0
-        assert lc.serves_requests
+        assert (lc.role, lc.serves_requests, lc.run_pre_shutdown_hooks) == (Role.WORKER, True, False)
+        assert (lc.server, lc.worker_class) == ("gunicorn", "sync")
+
+    def test_a_worker_refuses_pre_shutdown_hooks_saying_why(self) -> None:
+        """After become_worker a pre-shutdown hook registered is refused with the reason given."""
+        lc, _ = lifecycle(shutdown_delay=1)
+        lc.become_worker("they run in the master")
+        with pytest.raises(RuntimeError, match="they run in the master"):
+            lc.pre_shutdown_hook("late")(lambda: None)
 
     def test_a_copy_forked_in_the_delay_samples_only_once_resumed(self) -> None:
         """reinit_after_fork in the delay starts no thread; resume_after_fork then counts and samples."""
@@ -597,7 +607,7 @@ class TestAdaptiveDelay:
         """A process that did not run the delay (a Gunicorn worker) gives no advice when it ended before the maximum."""
         clock = FakeClock(settle=0.002)
         lc = Lifecycle(Config(shutdown_delay=2, shutdown_delay_min=1.95, grace_period=50), clock=clock)
-        lc.run_pre_shutdown_hooks = False
+        lc.role = Role.WORKER
         lc.shutdown_initiated.fire()  # the master's broadcast
         clock.advance(1.9)
         lc.stats.arrived(False)  # in the last tenth of the 2 s maximum
@@ -611,7 +621,7 @@ class TestAdaptiveDelay:
         """NotAcceptingNewRequests at the maximum with late arrivals: the worker advises a longer maximum."""
         clock = FakeClock(settle=0.002)
         lc = Lifecycle(Config(shutdown_delay=2, shutdown_delay_min=1, grace_period=50), clock=clock)
-        lc.run_pre_shutdown_hooks = False
+        lc.role = Role.WORKER
         lc.shutdown_initiated.fire()
         clock.advance(1.9)
         lc.stats.arrived(False)

@@ -27,6 +27,7 @@ from graceful.core.record import (
     part_of,
     record_of,
 )
+from graceful.core.role import Role
 from graceful.testing import FakeClock, run_shutdown
 
 VERSION = "9.9.9"
@@ -148,7 +149,7 @@ class TestRecordOf:
     def test_gunicorn_master_and_two_workers(self) -> None:
         """The master's record sums its workers' parts, moved onto its own ShutdownInitiated."""
         lc = Lifecycle(Config(shutdown_delay=4), clock=FakeClock())
-        lc.serves_requests = False
+        lc.role = Role.MASTER
         run_shutdown(lc)
         master = part_of(lc, 100, ROLE_MASTER)
         t0 = master.t0

@@ -7,6 +7,7 @@ from django.test import override_settings
 
 from graceful.core.config import Config, ConfigError
 from graceful.core.lifecycle import Lifecycle
+from graceful.core.role import Role
 from graceful.django.settings import Problem, ProblemKind, configure_lifecycle, load_config, mapping, problems
 
 
@@ -100,13 +101,13 @@ class TestConfigureLifecycle:
     def test_a_workers_own_settings_configure_it_the_worker_boot_judges_them(self) -> None:
         """In a worker the settings configure its lifecycle; whether they differ from the master's is
         judged once, at the worker's boot, for every framework (graceful.gunicorn.config.refusal)."""
-        lifecycle = Lifecycle(Config(), run_pre_shutdown_hooks=False)
+        lifecycle = Lifecycle(Config(), role=Role.WORKER)
         assert configure_lifecycle(lifecycle, {}) == Config(shutdown_delay=2, retry_after=3)
 
     @override_settings(GRACEFUL={"SHUTDOWN_DELAY": 2})
     def test_a_worker_whose_master_read_the_same_settings_is_configured(self) -> None:
         """The master read the same settings.GRACEFUL: the worker's config equals the master's."""
-        lifecycle = Lifecycle(Config(shutdown_delay=2), run_pre_shutdown_hooks=False)
+        lifecycle = Lifecycle(Config(shutdown_delay=2), role=Role.WORKER)
         assert configure_lifecycle(lifecycle, {}).shutdown_delay == 2.0
 
 
