@@ -6,6 +6,8 @@ import os
 import threading
 import time
 
+import pytest
+
 from graceful.core.clock import MonotonicClock
 from graceful.core.stats import RequestStats
 from graceful.gunicorn.shared import ArrivalBoard
@@ -28,6 +30,8 @@ class TestArrivalBoard:
         """A fresh board has no arrival to report."""
         assert ArrivalBoard().last() is None
 
+    # Python 3.12+ warns about fork() in a process with threads (pytest-timeout's); the child only writes memory.
+    @pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
     def test_a_forked_workers_arrival_reaches_the_master(self) -> None:
         """A child's request statistics write each arrival's monotonic time; the parent reads it."""
         board = ArrivalBoard()
