@@ -415,7 +415,9 @@ class ProcessReport:
         for h in self.hooks:
             key = (h.kind, h.name, h.outcome)
             seen = folded.get(key)
-            runs, duration = (h.runs, h.duration) if seen is None else (seen.runs + h.runs, max(seen.duration, h.duration))
+            runs, duration = (
+                (h.runs, h.duration) if seen is None else (seen.runs + h.runs, max(seen.duration, h.duration))
+            )
             folded[key] = HookEntry(h.kind, h.name, 0, h.outcome, None, duration, None, runs)
         return dataclasses.replace(
             ProcessReport.empty(),
@@ -621,7 +623,9 @@ def _merged_hooks(hooks: Iterable[HookEntry]) -> tuple[HookEntry, ...]:
         key = (h.kind, h.name, h.pid, h.outcome, h.started, h.error)
         seen = merged.get(key)
         merged[key] = (
-            h if seen is None else dataclasses.replace(seen, runs=seen.runs + h.runs, duration=max(seen.duration, h.duration))
+            h
+            if seen is None
+            else dataclasses.replace(seen, runs=seen.runs + h.runs, duration=max(seen.duration, h.duration))
         )
     return tuple(merged.values())
 

@@ -273,7 +273,10 @@ class TestCodec:
             (lambda d: d.update(role="boss"), r"report\.role: expected one of"),
             (lambda d: d.pop("requests"), r"report\.requests: missing"),
             (lambda d: d.update(in_flight=-1), r"report\.in_flight: expected a whole number"),
-            (lambda d: d["checks"].append(["readyz", "db", 1, 0, 0]), r"report\.checks\[1\]\[2\]: expected true or false"),
+            (
+                lambda d: d["checks"].append(["readyz", "db", 1, 0, 0]),
+                r"report\.checks\[1\]\[2\]: expected true or false",
+            ),
             (lambda d: d["checks"].append(["readyz"]), r"report\.checks\[1\]: expected a list of 5 items"),
             (lambda d: d["signals"].update(ShutdownInitiated="soon"), r"report\.signals\.ShutdownInitiated"),
             (lambda d: d["hooks"][0].update(runs=True), r"report\.hooks\[0\]\.runs: expected a whole number"),
