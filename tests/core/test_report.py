@@ -34,18 +34,7 @@ from graceful.testing import FakeClock, run_shutdown
 
 def report(pid: int, role: str, t0: float, **changes: Any) -> ProcessReport:
     """A hand-made report, times in s since its own ``t0``."""
-    base = ProcessReport(
-        pid=pid,
-        role=role,
-        t0=t0,
-        signals={},
-        hooks=(),
-        requests=RequestFigures(),
-        samples=SampleSeries(),
-        longest_pre_shutdown_hook=0.0,
-        longest_cleanup_task=0.0,
-    )
-    return dataclasses.replace(base, **changes)
+    return dataclasses.replace(ProcessReport.empty(), pid=pid, role=role, t0=t0, **changes)
 
 
 def drain_ending_requests(lc: Lifecycle, clock: FakeClock, releases: list[Any]) -> None:
