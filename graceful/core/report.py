@@ -69,7 +69,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
-import math
 import struct
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -647,6 +646,7 @@ def _merged_checks(checks: Iterable[CheckTally]) -> tuple[CheckTally, ...]:
 # -- the codec: frames for pipes, a reader for whatever was read ----------------------------------
 
 _T = TypeVar("_T")
+_MISSING = object()
 _LENGTH = struct.Struct("!H")
 #: The bytes of a frame's length prefix.
 FRAME_HEADER = _LENGTH.size
@@ -734,20 +734,21 @@ class FieldReader:
 
     def raw(self, key: str) -> object:
         """The field as it is; :class:`ReportError` when missing."""
-        if key not in self._data:
+        value = self._data.get(key, _MISSING)
+        if value is _MISSING:
             raise ReportError(f"{self.where(key)}: missing")
-        return self._data[key]
+        return value
 
     def child(self, key: str) -> FieldReader:
         """The reader of an object field."""
         value = self.raw(key)
-        if not isinstance(value, dict):
+        if type(value) is not dict:
             raise ReportError(f"{self.where(key)}: expected a JSON object, got {_kind(value)}")
         return FieldReader(value, self.where(key))
 
     def _list(self, key: str) -> list[object]:
         value = self.raw(key)
-        if not isinstance(value, list):
+        if type(value) is not list:
             raise ReportError(f"{self.where(key)}: expected a list, got {_kind(value)}")
         if len(value) > MAX_ITEMS:
             raise ReportError(f"{self.where(key)}: more than {MAX_ITEMS} items")
@@ -763,7 +764,7 @@ class FieldReader:
         rows = []
         for i, item in enumerate(self._list(key)):
             where = f"{self.where(key)}[{i}]"
-            if not isinstance(item, list) or len(item) != width:
+            if type(item) is not list or len(item) != width:
                 raise ReportError(f"{where}: expected a list of {width} items, got {_kind(item)}")
             rows.append(read([FieldReader({"": cell}, f"{where}[{j}]") for j, cell in enumerate(item)]))
         return rows
@@ -773,48 +774,54 @@ class FieldReader:
         items = self._list(key)
         return [read(FieldReader({"": item}, f"{self.where(key)}[{i}]"), "") for i, item in enumerate(items)]
 
+    # The readers of scalars take the common case first (the right type, in range) and build a message only
+    # for a refusal: the health port reads every live worker's report at each scrape.
+
     def text(self, key: str, *, optional: bool = False) -> Any:
         """A string of at most 10,000 characters (None allowed when ``optional``)."""
         value = self.raw(key)
+        if type(value) is str and len(value) <= _MAX_TEXT:
+            return value
         if value is None and optional:
             return None
-        if not isinstance(value, str) or len(value) > _MAX_TEXT:
-            raise ReportError(f"{self.where(key)}: expected a string of at most {_MAX_TEXT} characters")
-        return value
+        raise ReportError(f"{self.where(key)}: expected a string of at most {_MAX_TEXT} characters")
 
     def flag(self, key: str) -> bool:
         """true or false."""
         value = self.raw(key)
-        if not isinstance(value, bool):
+        if type(value) is not bool:
             raise ReportError(f"{self.where(key)}: expected true or false, got {_kind(value)}")
         return value
 
     def number(self, key: str, low: float, high: float) -> float:
         """A finite number from ``low`` to ``high``."""
         value = self.raw(key)
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if type(value) is not int and type(value) is not float:
             raise ReportError(f"{self.where(key)}: expected a number, got {_kind(value)}")
-        if not (math.isfinite(value) and low <= value <= high):
+        if not low <= value <= high:  # NaN fails every comparison; the infinities are out of range
             raise ReportError(f"{self.where(key)}: expected a number from {low:g} to {high:g}, got {value!r}")
         return float(value)
 
     def seconds(self, key: str, *, optional: bool = False, signed: bool = True) -> Any:
         """Seconds (negative ones when ``signed``; None allowed when ``optional``)."""
-        if optional and self.raw(key) is None:
+        value = self.raw(key)
+        if type(value) is float and (-_MAX_SECONDS if signed else 0.0) <= value <= _MAX_SECONDS:
+            return value
+        if value is None and optional:
             return None
         return self.number(key, -_MAX_SECONDS if signed else 0.0, _MAX_SECONDS)
 
     def count(self, key: str) -> int:
         """A whole number from 0 to 10**15."""
         value = self.raw(key)
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _MAX_COUNT:
+        if type(value) is not int or not 0 <= value <= _MAX_COUNT:
             raise ReportError(f"{self.where(key)}: expected a whole number from 0 to {_MAX_COUNT:g}")
         return value
 
     def scalar(self, key: str) -> float | int | bool:
         """true, false or a number of seconds' range."""
         value = self.raw(key)
-        if isinstance(value, bool):
+        if type(value) is bool:
             return value
         return self.number(key, -_MAX_SECONDS, _MAX_SECONDS)
 
