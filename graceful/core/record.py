@@ -31,7 +31,7 @@ The record (format 1)::
                 requests, samples, ...; since 0.3 also in_flight, checks, delay, info]
 
 :meth:`ShutdownRecord.from_json` reads one back and refuses anything else
-with a :class:`RecordError` (the reports' :class:`~graceful.core.report.ReportError`)
+with a :class:`RecordError` (the codec's :class:`~graceful.core.codec.ReportError`)
 naming the field (``graceful timeline`` reads records from files it must not
 trust). Pure data: no I/O here (:mod:`graceful.process.termination` writes records).
 """
@@ -43,6 +43,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from graceful.core.clock import unix_time
+from graceful.core.codec import FieldReader, ReportError
 from graceful.core.delay import DelayEnd, DelayOutcome
 from graceful.core.registry import CLEANUP_TASK, PRE_SHUTDOWN_HOOK
 from graceful.core.report import (
@@ -50,10 +51,8 @@ from graceful.core.report import (
     ROLE_MASTER,
     ROLE_SERVER,
     ROLE_WORKER,
-    FieldReader,
     HookEntry,
     ProcessReport,
-    ReportError,
     RequestFigures,
     SampleSeries,
     delay_from_json,

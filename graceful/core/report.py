@@ -18,10 +18,10 @@ ShutdownInitiated, the start of its drain (a process stopped alone), or 0
 merge moves every report onto the first one's origin; ``offset`` says how
 far a report's times were moved.
 
-One codec: :meth:`ProcessReport.to_json` and :meth:`ProcessReport.read`
-(files: a worker's part of the shutdown record, its metrics file), and
-:func:`frame` with :class:`FrameReader` (length-prefixed records for pipes).
-Whatever is read is untrusted: it is refused with one :class:`ReportError`
+One codec (:mod:`graceful.core.codec`): :meth:`ProcessReport.to_json`
+and :meth:`ProcessReport.read` (files: a worker's part of the shutdown
+record, its metrics file); pipes frame the same JSON. Whatever is read is
+untrusted: it is refused with one :class:`~graceful.core.codec.ReportError`
 naming the field (``requests.rejected.draining: missing``).
 
 :func:`merge` (one rule per field; the caller puts the server's own report
@@ -68,11 +68,10 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
-import struct
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any
 
+from graceful.core.codec import MAX_ITEMS, FieldReader, ReportError
 from graceful.core.delay import DelayEnd, DelayOutcome
 from graceful.core.stats import LATE_SHARE, PHASES, REASON_REFUSED_STREAM, REASONS, SAMPLE_INTERVAL, CheckTally
 
@@ -83,19 +82,13 @@ __all__ = [
     "ROLE_MASTER",
     "ROLE_SERVER",
     "ROLE_WORKER",
-    "FRAME_HEADER",
     "HAS_BEEN_READY",
-    "MAX_ITEMS",
     "ROLES",
-    "FieldReader",
-    "FrameReader",
     "HookEntry",
     "ProcessReport",
-    "ReportError",
     "RequestFigures",
     "SampleSeries",
     "delay_from_json",
-    "frame",
     "merge",
     "report_of",
     "role_of",
@@ -113,19 +106,8 @@ HAS_BEEN_READY = "HasBeenReady"
 IN_FLIGHT_DRAINED = "InFlightRequestsDrained"
 CLEANUP_FINISHED = "CleanupFinished"
 
-# Bounds what is read must keep (a report written by graceful always does). Seconds reach a machine's
-# uptime (a report whose origin is the raw monotonic clock).
-MAX_ITEMS = 100_000
-_MAX_TEXT = 10_000
-_MAX_SECONDS = 1e10
-_MAX_COUNT = 10**15
-
 #: Rejection reasons a report written before graceful 0.3 does not have: read as 0.
 _SINCE_0_3 = frozenset({REASON_REFUSED_STREAM})
-
-
-class ReportError(ValueError):
-    """What was read is not a report (or a record): the message names the field and what was expected."""
 
 
 # -- the pieces --------------------------------------------------------------------------
@@ -643,189 +625,6 @@ def _merged_checks(checks: Iterable[CheckTally]) -> tuple[CheckTally, ...]:
     return tuple(merged.values())
 
 
-# -- the codec: frames for pipes, a reader for whatever was read ----------------------------------
-
-_T = TypeVar("_T")
-_MISSING = object()
-_LENGTH = struct.Struct("!H")
-#: The bytes of a frame's length prefix.
-FRAME_HEADER = _LENGTH.size
-
-
-def frame(payload: object) -> bytes:
-    """``payload`` as one frame: 2 bytes of length (big-endian), then compact JSON (at most 65,535 bytes).
-
-    Raises ValueError when it does not fit; the caller keeps a frame within
-    ``PIPE_BUF`` when one ``write()`` must be atomic.
-    """
-    data = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
-    if not 0 < len(data) < 1 << 16:
-        raise ValueError(f"a frame holds 1 to 65535 bytes of JSON, got {len(data)}")
-    return _LENGTH.pack(len(data)) + data
-
-
-class FrameReader(Generic[_T]):
-    """Cuts a byte stream of frames into payloads: :meth:`feed` what was read, get what is now whole.
-
-    ``read(json, source)`` turns one payload (parsed JSON) into a value or
-    raises :class:`ReportError`. A payload that is not one is skipped and
-    counted (``malformed``); a length above ``max_frame`` means the stream
-    is lost (only a foreign writer can cause it): the buffer is dropped and
-    counted in ``lost``. Used by one thread.
-    """
-
-    def __init__(self, read: Callable[[object], _T], max_frame: int) -> None:
-        self._read = read
-        self._max = max_frame - FRAME_HEADER
-        self._buffer = bytearray()
-        self.malformed = 0
-        self.lost = 0
-
-    def feed(self, chunk: bytes) -> list[_T]:
-        """Add ``chunk``; return every value whose frame is now complete, in order."""
-        buffer = self._buffer
-        buffer += chunk
-        out: list[_T] = []
-        while len(buffer) >= FRAME_HEADER:
-            (length,) = _LENGTH.unpack_from(buffer)
-            if not 0 < length <= self._max:
-                self.lost += 1
-                buffer.clear()
-                break
-            end = FRAME_HEADER + length
-            if len(buffer) < end:
-                break
-            data = bytes(buffer[FRAME_HEADER:end])
-            del buffer[:end]
-            try:
-                out.append(self._read(json.loads(data)))
-            except (ValueError, RecursionError):  # ReportError; JSON or UTF-8 that does not decode, or nests deep
-                self.malformed += 1
-        return out
-
-
-class FieldReader:
-    """Reads one JSON object of something untrusted, refusing what it cannot hold; ``where`` names the field."""
-
-    def __init__(self, data: Mapping[str, object], path: str) -> None:
-        self._data = data
-        self._path = path
-
-    @classmethod
-    def top(cls, data: object, source: str) -> FieldReader:
-        """The reader of a whole document named ``source`` (in messages)."""
-        if not isinstance(data, dict):
-            raise ReportError(f"{source}: expected a JSON object, got {_kind(data)}")
-        return cls(data, source)
-
-    def where(self, key: str) -> str:
-        """The field's name in messages: ``record.requests.drained``."""
-        return f"{self._path}.{key}" if key else self._path
-
-    def has(self, key: str) -> bool:
-        """Whether the field is there (a field newer than some writers)."""
-        return key in self._data
-
-    def names(self) -> list[str]:
-        """The object's keys (at most :data:`MAX_ITEMS`)."""
-        if len(self._data) > MAX_ITEMS:
-            raise ReportError(f"{self._path}: more than {MAX_ITEMS} entries")
-        return [str(key) for key in self._data]
-
-    def raw(self, key: str) -> object:
-        """The field as it is; :class:`ReportError` when missing."""
-        value = self._data.get(key, _MISSING)
-        if value is _MISSING:
-            raise ReportError(f"{self.where(key)}: missing")
-        return value
-
-    def child(self, key: str) -> FieldReader:
-        """The reader of an object field."""
-        value = self.raw(key)
-        if type(value) is not dict:
-            raise ReportError(f"{self.where(key)}: expected a JSON object, got {_kind(value)}")
-        return FieldReader(value, self.where(key))
-
-    def _list(self, key: str) -> list[object]:
-        value = self.raw(key)
-        if type(value) is not list:
-            raise ReportError(f"{self.where(key)}: expected a list, got {_kind(value)}")
-        if len(value) > MAX_ITEMS:
-            raise ReportError(f"{self.where(key)}: more than {MAX_ITEMS} items")
-        return value
-
-    def objects(self, key: str, read: Callable[[FieldReader], _T]) -> list[_T]:
-        """A list of JSON objects, each read by ``read``."""
-        items = self._list(key)
-        return [read(FieldReader({"": item}, f"{self.where(key)}[{i}]").child("")) for i, item in enumerate(items)]
-
-    def rows(self, key: str, width: int, read: Callable[[list[FieldReader]], _T]) -> list[_T]:
-        """A list of compact rows (lists of ``width`` cells), each row's cells read by ``read``."""
-        rows = []
-        for i, item in enumerate(self._list(key)):
-            where = f"{self.where(key)}[{i}]"
-            if type(item) is not list or len(item) != width:
-                raise ReportError(f"{where}: expected a list of {width} items, got {_kind(item)}")
-            rows.append(read([FieldReader({"": cell}, f"{where}[{j}]") for j, cell in enumerate(item)]))
-        return rows
-
-    def values(self, key: str, read: Callable[[FieldReader, str], _T]) -> list[_T]:
-        """A list of scalars, each read by ``read(reader, "")`` (``FieldReader.seconds``, ``FieldReader.count``)."""
-        items = self._list(key)
-        return [read(FieldReader({"": item}, f"{self.where(key)}[{i}]"), "") for i, item in enumerate(items)]
-
-    # The readers of scalars take the common case first (the right type, in range) and build a message only
-    # for a refusal: the health port reads every live worker's report at each scrape.
-
-    def text(self, key: str, *, optional: bool = False) -> Any:
-        """A string of at most 10,000 characters (None allowed when ``optional``)."""
-        value = self.raw(key)
-        if type(value) is str and len(value) <= _MAX_TEXT:
-            return value
-        if value is None and optional:
-            return None
-        raise ReportError(f"{self.where(key)}: expected a string of at most {_MAX_TEXT} characters")
-
-    def flag(self, key: str) -> bool:
-        """true or false."""
-        value = self.raw(key)
-        if type(value) is not bool:
-            raise ReportError(f"{self.where(key)}: expected true or false, got {_kind(value)}")
-        return value
-
-    def number(self, key: str, low: float, high: float) -> float:
-        """A finite number from ``low`` to ``high``."""
-        value = self.raw(key)
-        if type(value) is not int and type(value) is not float:
-            raise ReportError(f"{self.where(key)}: expected a number, got {_kind(value)}")
-        if not low <= value <= high:  # NaN fails every comparison; the infinities are out of range
-            raise ReportError(f"{self.where(key)}: expected a number from {low:g} to {high:g}, got {value!r}")
-        return float(value)
-
-    def seconds(self, key: str, *, optional: bool = False, signed: bool = True) -> Any:
-        """Seconds (negative ones when ``signed``; None allowed when ``optional``)."""
-        value = self.raw(key)
-        if type(value) is float and (-_MAX_SECONDS if signed else 0.0) <= value <= _MAX_SECONDS:
-            return value
-        if value is None and optional:
-            return None
-        return self.number(key, -_MAX_SECONDS if signed else 0.0, _MAX_SECONDS)
-
-    def count(self, key: str) -> int:
-        """A whole number from 0 to 10**15."""
-        value = self.raw(key)
-        if type(value) is not int or not 0 <= value <= _MAX_COUNT:
-            raise ReportError(f"{self.where(key)}: expected a whole number from 0 to {_MAX_COUNT:g}")
-        return value
-
-    def scalar(self, key: str) -> float | int | bool:
-        """true, false or a number of seconds' range."""
-        value = self.raw(key)
-        if type(value) is bool:
-            return value
-        return self.number(key, -_MAX_SECONDS, _MAX_SECONDS)
-
-
 def delay_from_json(data: FieldReader) -> DelayOutcome | None:
     """The ``delay`` field (None when absent or null); :class:`ReportError` for anything else."""
     if not data.has("delay") or data.raw("delay") is None:
@@ -878,9 +677,3 @@ def _last_at_or_before(times: Sequence[float], moment: float) -> int:
         else:
             high = middle
     return low - 1
-
-
-def _kind(value: object) -> str:
-    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}.get(
-        type(value), type(value).__name__
-    )

@@ -20,10 +20,10 @@ to a pipe is atomic and records of many writers never interleave. To fit,
 reasons are cut to 200 characters, then to 40, then dropped; should a
 process have more checks than even that leaves room for, its record says so
 with one failing check, ``health-snapshot``, rather than leave checks out.
-Framed and read with the process report's codec (:func:`graceful.core.report.frame`,
-:class:`~graceful.core.report.FrameReader`, :class:`~graceful.core.report.FieldReader`):
+Framed and read with the one codec (:func:`graceful.core.codec.frame`,
+:class:`~graceful.core.codec.FrameReader`, :class:`~graceful.core.codec.FieldReader`):
 any record that is not exactly this is refused by :meth:`ProcessHealth.decode` with
-the one :class:`~graceful.core.report.ReportError` (a ValueError) naming the field.
+the one :class:`~graceful.core.codec.ReportError` (a ValueError) naming the field.
 
 Built on the runner's thread, read on the port's thread; immutable.
 """
@@ -34,7 +34,7 @@ import dataclasses
 import json
 import select
 
-from graceful.core.report import FieldReader, FrameReader, ReportError, frame
+from graceful.core.codec import FieldReader, FrameReader, ReportError, frame
 from graceful.wsgi.health import POST_START_PREFIX, CheckResult
 
 __all__ = ["MAX_RECORD", "ProcessHealth", "RecordReader", "Snapshot"]
@@ -126,7 +126,7 @@ Snapshot = ProcessHealth
 class RecordReader(FrameReader[ProcessHealth]):
     """Cuts a pipe's byte stream into health records: :meth:`feed` what was read, get the snapshots now whole.
 
-    The report codec's :class:`~graceful.core.report.FrameReader`: a
+    The codec's :class:`~graceful.core.codec.FrameReader`: a
     malformed record is skipped and counted (``malformed``), a length no
     record can have drops the buffer (``lost``).
     """

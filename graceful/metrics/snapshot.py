@@ -11,7 +11,7 @@ in :mod:`graceful.core.report`); :func:`counters_only` keeps what a process
 that is gone counted; :func:`parse` reads a report back from JSON another
 process wrote (:meth:`~graceful.core.report.ProcessReport.to_json`),
 refusing anything that is not exactly one with a
-:class:`~graceful.core.report.ReportError` (a ValueError) naming the field.
+:class:`~graceful.core.codec.ReportError` (a ValueError) naming the field.
 Pure functions, no prometheus_client: they run wherever graceful runs.
 Nothing is counted per request for them (see :mod:`graceful.core.stats`).
 """

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from graceful.core.clock import Waitable
+from graceful.core.codec import ReportError
 from graceful.core.config import Config
 from graceful.core.delay import DelayEnd, DelayOutcome
 from graceful.core.lifecycle import Lifecycle
@@ -17,13 +18,10 @@ from graceful.core.report import (
     ROLE_MASTER,
     ROLE_SERVER,
     ROLE_WORKER,
-    FrameReader,
     HookEntry,
     ProcessReport,
-    ReportError,
     RequestFigures,
     SampleSeries,
-    frame,
     merge,
     report_of,
     role_of,
@@ -286,37 +284,3 @@ class TestCodec:
         """Not a JSON object: a ReportError saying so."""
         with pytest.raises(ReportError, match="report: expected a JSON object"):
             ProcessReport.read(data)
-
-
-class TestFrames:
-    def test_frames_in_any_chunks(self) -> None:
-        """Frames cut anywhere come back whole and in order."""
-        stream = frame({"n": 1}) + frame({"n": 2})
-        for cut in range(len(stream) + 1):
-            reader = FrameReader(lambda data: data, 4096)
-            assert reader.feed(stream[:cut]) + reader.feed(stream[cut:]) == [{"n": 1}, {"n": 2}]
-
-    def test_a_malformed_frame_is_skipped_and_counted(self) -> None:
-        """A frame whose JSON is not a value (or nests too deep, or fails its read) is skipped, the next read."""
-        deep = b"[" * 3000
-        stream = b"\x00\x03{x}" + len(deep).to_bytes(2, "big") + deep + frame("bad") + frame({"n": 1})
-
-        def read(data: object) -> object:
-            if data == "bad":
-                raise ReportError("bad: expected an object")
-            return data
-
-        reader = FrameReader(read, 4096)
-        assert reader.feed(stream) == [{"n": 1}]
-        assert (reader.malformed, reader.lost) == (3, 0)
-
-    def test_a_length_no_frame_has_drops_the_stream(self) -> None:
-        """A length above the bound (only a foreign writer makes one) drops the buffer and counts it lost."""
-        reader = FrameReader(lambda data: data, 64)
-        assert reader.feed(b"\x01\x00" + b"x" * 300) == []
-        assert reader.lost == 1
-
-    def test_too_big_to_frame(self) -> None:
-        """A payload over 65,535 bytes of JSON cannot be framed."""
-        with pytest.raises(ValueError, match="1 to 65535 bytes"):
-            frame("x" * 70_000)

@@ -8,7 +8,7 @@ import struct
 
 import pytest
 
-from graceful.core.report import ReportError
+from graceful.core.codec import ReportError
 from graceful.healthport.snapshot import MAX_RECORD, TOO_MANY, RecordReader, Snapshot
 from graceful.wsgi.health import CheckResult
 
