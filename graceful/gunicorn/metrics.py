@@ -93,7 +93,7 @@ class WorkerMetrics:
         if current == self._written:
             return
         try:
-            self.files.write(self.name, current)
+            self.files.write(self.name, current.to_json())
         except (OSError, ValueError, TypeError) as exc:
             if not self._warned:
                 self._warned = True

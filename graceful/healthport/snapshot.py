@@ -1,9 +1,10 @@
 """One serving process's health at one moment, and the record it travels in.
 
-A :class:`Snapshot` is what the health port knows of one serving process (a
-Gunicorn worker; the one process of ``graceful serve``): whether it is
-stopping, each post-start hook's state, and the results of its liveness and
-readiness checks, taken by its :class:`~graceful.healthport.runner.HealthRunner`.
+A :class:`ProcessHealth` (``Snapshot``, its older name, still works) is
+what the health port knows of one serving process (a Gunicorn worker; the
+one process of ``graceful serve``): whether it is stopping, each post-start
+hook's state, and the results of its liveness and readiness checks, taken
+by its :class:`~graceful.healthport.runner.HealthRunner`.
 
 The record format (a Gunicorn worker writes records into one pipe its
 master reads)::
@@ -19,7 +20,10 @@ to a pipe is atomic and records of many writers never interleave. To fit,
 reasons are cut to 200 characters, then to 40, then dropped; should a
 process have more checks than even that leaves room for, its record says so
 with one failing check, ``health-snapshot``, rather than leave checks out.
-Any record that is not exactly this is refused by :meth:`Snapshot.decode`.
+Framed and read with the one codec (:func:`graceful.core.codec.frame`,
+:class:`~graceful.core.codec.FrameReader`, :class:`~graceful.core.codec.FieldReader`):
+any record that is not exactly this is refused by :meth:`ProcessHealth.decode` with
+the one :class:`~graceful.core.codec.ReportError` (a ValueError) naming the field.
 
 Built on the runner's thread, read on the port's thread; immutable.
 """
@@ -29,14 +33,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import select
-import struct
-from typing import Any
 
+from graceful.core.codec import FieldReader, FrameReader, ReportError, frame
 from graceful.wsgi.health import POST_START_PREFIX, CheckResult
 
-__all__ = ["MAX_RECORD", "RecordReader", "Snapshot"]
+__all__ = ["MAX_RECORD", "ProcessHealth", "RecordReader", "Snapshot"]
 
-_LENGTH = struct.Struct("!H")
 _VERSION = 1
 #: The longest record, length included: a pipe write of at most PIPE_BUF bytes is atomic.
 MAX_RECORD = select.PIPE_BUF
@@ -46,7 +48,7 @@ TOO_MANY = CheckResult("health-snapshot", False, "too many checks to publish in 
 
 
 @dataclasses.dataclass(frozen=True)
-class Snapshot:
+class ProcessHealth:
     """One process's health at one moment; see the module docstring."""
 
     pid: int
@@ -73,12 +75,11 @@ class Snapshot:
     def record(self) -> bytes:
         """The whole record (length, then JSON), at most :data:`MAX_RECORD` bytes."""
         for cut in _REASON_CUTS:
-            data = json.dumps(self._plain(cut), separators=(",", ":"), ensure_ascii=False).encode()
-            if _LENGTH.size + len(data) <= MAX_RECORD:
-                return _LENGTH.pack(len(data)) + data
+            data = frame(self._plain(cut))
+            if len(data) <= MAX_RECORD:
+                return data
         bare = dataclasses.replace(self, post_start=(), liveness=(), readiness=(TOO_MANY,))
-        data = json.dumps(bare._plain(len(TOO_MANY.reason or ""))).encode()
-        return _LENGTH.pack(len(data)) + data
+        return frame(bare._plain(len(TOO_MANY.reason or "")))
 
     def _plain(self, cut: int) -> dict[str, object]:
         def short(reason: str | None) -> str | None:
@@ -94,80 +95,46 @@ class Snapshot:
         }
 
     @classmethod
-    def decode(cls, data: bytes) -> Snapshot:
-        """Read a record's JSON (without its length); raises ValueError for anything but :meth:`record`'s."""
+    def read(cls, data: object) -> ProcessHealth:
+        """A record's parsed JSON as a snapshot; :class:`ReportError` naming the field for anything else."""
+        raw = FieldReader.top(data, "health record")
+        if raw.raw("v") != _VERSION:
+            raise ReportError(f"{raw.where('v')}: expected {_VERSION} (a health record)")
+        return cls(
+            pid=raw.count("pid"),
+            stopping=raw.flag("s"),
+            post_start=tuple(raw.rows("p", 2, lambda c: (c[0].text(""), c[1].text("", optional=True)))),
+            liveness=tuple(raw.rows("l", 3, _result)),
+            readiness=tuple(raw.rows("r", 3, _result)),
+        )
+
+    @classmethod
+    def decode(cls, data: bytes) -> ProcessHealth:
+        """Read a record's JSON (without its length); a ValueError (:class:`ReportError`) for anything but
+        :meth:`record`'s."""
         try:
-            raw = json.loads(data)
-            if not isinstance(raw, dict) or raw.get("v") != _VERSION:
-                raise ValueError("not a version 1 health record")
-            return cls(
-                pid=_whole(raw["pid"]),
-                stopping=_flag(raw["s"]),
-                post_start=tuple((_text(name), _reason(reason)) for name, reason in raw["p"]),
-                liveness=_results(raw["l"]),
-                readiness=_results(raw["r"]),
-            )
-        except (KeyError, TypeError, UnicodeDecodeError) as exc:
-            raise ValueError(f"malformed health record: {exc!r}") from None
+            parsed = json.loads(data)
+        except RecursionError:
+            raise ReportError("health record: nested too deep") from None
+        return cls.read(parsed)
 
 
-class RecordReader:
-    """Cuts a byte stream into records: :meth:`feed` what was read, get the snapshots now whole.
+#: The older name of :class:`ProcessHealth` (the Gunicorn channels use it).
+Snapshot = ProcessHealth
 
-    A malformed record is skipped and counted (``malformed``); a length that
-    no record can have means the stream is lost (only a foreign writer can
-    cause it): the buffer is dropped and counted in ``lost``.
+
+class RecordReader(FrameReader[ProcessHealth]):
+    """Cuts a pipe's byte stream into health records: :meth:`feed` what was read, get the snapshots now whole.
+
+    The codec's :class:`~graceful.core.codec.FrameReader`: a
+    malformed record is skipped and counted (``malformed``), a length no
+    record can have drops the buffer (``lost``).
     """
 
     def __init__(self) -> None:
-        self._buffer = bytearray()
-        self.malformed = 0
-        self.lost = 0
-
-    def feed(self, chunk: bytes) -> list[Snapshot]:
-        """Add ``chunk``; return every snapshot whose record is now complete, in order."""
-        buffer = self._buffer
-        buffer += chunk
-        out: list[Snapshot] = []
-        while len(buffer) >= _LENGTH.size:
-            (length,) = _LENGTH.unpack_from(buffer)
-            if not 0 < length <= MAX_RECORD - _LENGTH.size:
-                self.lost += 1
-                buffer.clear()
-                break
-            end = _LENGTH.size + length
-            if len(buffer) < end:
-                break
-            data = bytes(buffer[_LENGTH.size : end])
-            del buffer[:end]
-            try:
-                out.append(Snapshot.decode(data))
-            except ValueError:
-                self.malformed += 1
-        return out
+        super().__init__(ProcessHealth.read, MAX_RECORD)
 
 
-def _results(items: Any) -> tuple[CheckResult, ...]:
-    return tuple(CheckResult(_text(name), _flag(ok), _reason(reason)) for name, ok, reason in items)
-
-
-def _text(value: object) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"expected a string, got {value!r}")
-    return value
-
-
-def _reason(value: object) -> str | None:
-    return None if value is None else _text(value)
-
-
-def _flag(value: object) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"expected true or false, got {value!r}")
-    return value
-
-
-def _whole(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"expected a whole number, got {value!r}")
-    return value
+def _result(cells: list[FieldReader]) -> CheckResult:
+    """``[name, ok, reason or null]``."""
+    return CheckResult(cells[0].text(""), cells[1].flag(""), cells[2].text("", optional=True))

@@ -1,4 +1,4 @@
-"""The whole server's health, from the snapshots its serving processes published.
+"""The whole server's health, from the snapshots its serving processes published, and its metrics.
 
 The health port's :class:`~graceful.healthport.server.Responder`. Runs on the
 port's thread (``graceful-health-port``): every answer comes from what is at
@@ -21,8 +21,9 @@ Gunicorn; ``health-runner`` in a single process)::
               shutdown        fails from the server's ShutdownInitiated on
     /healthz  the /livez lines, then workers-ready (or health-runner) and the readiness
               checks (no shutdown)
-    /metrics  the merge of every snapshot Sources.metrics gives (Prometheus' text format;
-              404 without prometheus_client): under Gunicorn graceful.gunicorn.metrics
+    /metrics  the merge (graceful.core.report.merge) of every process report Sources.metrics
+              gives, rendered in Prometheus' text format (404 without prometheus_client):
+              under Gunicorn graceful.gunicorn.metrics
 
 Many workers, one answer: **the server passes a check when at least one
 worker passes it**, because the server serves while one worker can. The
@@ -44,8 +45,8 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from graceful.core.lifecycle import Lifecycle
-from graceful.healthport.snapshot import Snapshot
-from graceful.metrics.snapshot import Snapshot as MetricsSnapshot
+from graceful.core.report import ProcessReport
+from graceful.healthport.snapshot import ProcessHealth
 from graceful.wsgi.health import (
     HEALTHZ,
     LIVEZ,
@@ -67,7 +68,7 @@ WORKERS_READY = "workers-ready"
 HEALTH_RUNNER = "health-runner"
 
 #: A snapshot and the monotonic time it arrived (on the port's clock).
-Heard = tuple[Snapshot, float]
+Heard = tuple[ProcessHealth, float]
 
 
 class Sources(Protocol):
@@ -93,8 +94,8 @@ class Sources(Protocol):
         """Whether the *server* is shutting down (an old master whose USR2 successor serves is not)."""
         ...
 
-    def metrics(self) -> list[MetricsSnapshot]:
-        """The metrics snapshots of the whole server, to merge: read at hand, never waiting for a process."""
+    def metrics(self) -> list[ProcessReport]:
+        """The reports of the whole server's processes, to merge and render: read at hand, never waiting for one."""
         ...
 
 
@@ -152,7 +153,7 @@ class HealthView:
                 notes.extend(_disagreements(live, best, lambda s: s.liveness))
         if endpoint in (READYZ, HEALTHZ):
             fresh = [snapshot for snapshot, at in heard if now - at <= self.stale_after and not snapshot.stopping]
-            best = _best(fresh, Snapshot.failing_readiness)
+            best = _best(fresh, ProcessHealth.failing_readiness)
             items.append(self._ready(heard, fresh, best, now))
             if best is not None:
                 if endpoint == READYZ:
@@ -183,7 +184,9 @@ class HealthView:
             lines.append(CheckResult(HEALTH_RUNNER, not dead, reason))
         return lines
 
-    def _ready(self, heard: list[Heard], fresh: list[Snapshot], best: Snapshot | None, now: float) -> CheckResult:
+    def _ready(
+        self, heard: list[Heard], fresh: list[ProcessHealth], best: ProcessHealth | None, now: float
+    ) -> CheckResult:
         """``workers-ready`` with counts of why not, or ``health-runner`` (one process)."""
         if not self.workers:
             ok = bool(fresh)
@@ -200,13 +203,13 @@ class HealthView:
         return CheckResult(WORKERS_READY, False, "no ready worker" + (f" ({parts})" if parts else ""))
 
 
-def _best(snapshots: list[Snapshot], failing: Callable[[Snapshot], list[str]]) -> Snapshot | None:
+def _best(snapshots: list[ProcessHealth], failing: Callable[[ProcessHealth], list[str]]) -> ProcessHealth | None:
     """The snapshot failing the fewest checks (the first among equals); None if there is none."""
     return min(snapshots, key=lambda s: len(failing(s)), default=None)
 
 
 def _disagreements(
-    snapshots: list[Snapshot], best: Snapshot, results: Callable[[Snapshot], tuple[CheckResult, ...]]
+    snapshots: list[ProcessHealth], best: ProcessHealth, results: Callable[[ProcessHealth], tuple[CheckResult, ...]]
 ) -> list[str]:
     """``<name> failing in K of N workers`` for each check the best one passes and others fail."""
     if len(snapshots) < 2:

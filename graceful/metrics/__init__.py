@@ -1,4 +1,4 @@
-"""graceful's Prometheus metrics: per-process snapshots, their merge, a collector and the text format.
+"""graceful's Prometheus metrics: a rendering of the process reports, a collector and the text format.
 
     from prometheus_client import REGISTRY
     from graceful.metrics import GracefulCollector
@@ -6,10 +6,10 @@
 
     body = graceful.metrics.render_metrics()     # what graceful's /metrics answers
 
-:mod:`.snapshot` is pure data (no prometheus_client needed): a Gunicorn
-worker's snapshot can travel to the master and be merged there.
-:mod:`.collector` renders snapshots with prometheus_client (the optional
-``prometheus`` extra). See the README's "Metrics and the shutdown record".
+A process's metrics are its report (:mod:`graceful.core.report`; :mod:`.snapshot`
+names it for metrics code, no prometheus_client needed): a Gunicorn worker's
+can travel to the master and be merged there. :mod:`.collector` renders
+reports with prometheus_client (the optional ``prometheus`` extra). See the README's "Metrics and the shutdown record".
 """
 
 from __future__ import annotations

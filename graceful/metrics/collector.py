@@ -1,7 +1,8 @@
 """graceful's metrics for Prometheus: a collector computed at scrape time, and the text format.
 
-The metric families, each from a :class:`~graceful.metrics.snapshot.Snapshot`
-(one process's, or several merged)::
+The metric families, each a rendering of a
+:class:`~graceful.core.report.ProcessReport` (one process's, or several
+merged by :func:`graceful.core.report.merge`)::
 
     graceful_requests_in_flight                           gauge   counted requests, as the drain sees them
     graceful_requests_rejected_total{reason}              counter shutting_down, draining, max_in_flight
@@ -31,8 +32,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from graceful.core.clock import unix_time
+from graceful.core.report import ProcessReport, merge
 from graceful.core.stats import PHASES, REASONS
-from graceful.metrics.snapshot import Snapshot, empty, merge, snapshot
+from graceful.metrics.snapshot import empty, label, snapshot
 
 if TYPE_CHECKING:
     from graceful.core.lifecycle import Lifecycle
@@ -76,7 +79,7 @@ class GracefulCollector:
         self,
         lifecycle: Lifecycle | None = None,
         *,
-        snapshots: Callable[[], Iterable[Snapshot]] | None = None,
+        snapshots: Callable[[], Iterable[ProcessReport]] | None = None,
     ) -> None:
         _library()
         if snapshots is None:
@@ -86,7 +89,7 @@ class GracefulCollector:
                 lifecycle = default.default_lifecycle
             chosen = lifecycle
 
-            def own() -> Iterable[Snapshot]:
+            def own() -> Iterable[ProcessReport]:
                 return [snapshot(chosen)]
 
             snapshots = own
@@ -102,7 +105,7 @@ class GracefulCollector:
 
 
 def render_metrics(
-    lifecycle: Lifecycle | None = None, *, snapshots: Callable[[], Iterable[Snapshot]] | None = None
+    lifecycle: Lifecycle | None = None, *, snapshots: Callable[[], Iterable[ProcessReport]] | None = None
 ) -> bytes:
     """graceful's metrics in Prometheus' text format (:data:`CONTENT_TYPE`); arguments as :class:`GracefulCollector`.
 
@@ -117,7 +120,7 @@ def render_metrics(
     return prometheus_client.generate_latest(registry)
 
 
-def _families(data: Snapshot, samples: bool = True) -> Iterator[Any]:
+def _families(data: ProcessReport, samples: bool = True) -> Iterator[Any]:
     core = _library()
     gauge, counter, info = core.GaugeMetricFamily, core.CounterMetricFamily, core.InfoMetricFamily
 
@@ -154,23 +157,35 @@ def _families(data: Snapshot, samples: bool = True) -> Iterator[Any]:
     if not samples:
         yield from families
         return
-    in_flight.add_metric([], data["in_flight"])
+    in_flight.add_metric([], data.in_flight)
     for reason in REASONS:
-        rejected.add_metric([reason], data["rejected"].get(reason, 0))
+        rejected.add_metric([reason], data.requests.rejected.get(reason, 0))
     for phase in PHASES:
-        during.add_metric([phase], data["during_shutdown"].get(phase, 0))
-    for name, at in data["signals"].items():
-        signals.add_metric([name], at)
-    for end, seconds in data["delay"].items():
-        delay.add_metric([end], seconds)
-    for hook in data["hooks"]:
-        duration.add_metric([hook["kind"], hook["name"]], hook["duration_s"])
-        for outcome, count in sorted(hook["runs"].items()):
-            runs.add_metric([hook["kind"], hook["name"], outcome], count)
-    for result in data["healthchecks"]:
-        check.add_metric([result["name"], result["type"]], 1 if result["ok"] else 0)
-        checks.add_metric([result["name"], result["type"], "success"], result["success"])
-        checks.add_metric([result["name"], result["type"], "error"], result["error"])
-    abandoned.add_metric([], data["drain_abandoned"])
-    about.add_metric([], dict(data["info"]))
+        during.add_metric([phase], data.requests.arrived.get(phase, 0))
+    for name, at in data.signals.items():
+        signals.add_metric([name], unix_time(data.origin + at))
+    if data.delay is not None:
+        delay.add_metric([data.delay.end.value], data.delay.ended_at)
+    for (kind, name), (by_outcome, longest) in _hook_runs(data).items():
+        duration.add_metric([kind, name], longest)
+        for outcome, count in sorted(by_outcome.items()):
+            runs.add_metric([kind, name, outcome], count)
+    for result in data.checks:
+        check.add_metric([result.name, result.endpoint], 1 if result.ok else 0)
+        checks.add_metric([result.name, result.endpoint, "success"], result.successes)
+        checks.add_metric([result.name, result.endpoint, "error"], result.errors)
+    abandoned.add_metric([], data.requests.abandoned)
+    about.add_metric([], {"version": data.version, "server": data.server, "worker_class": data.worker_class})
     yield from families
+
+
+def _hook_runs(data: ProcessReport) -> dict[tuple[str, str], tuple[dict[str, int], float]]:
+    """Runs by outcome and the longest run's seconds, per (kind, name) as label values, in the order first run."""
+    table: dict[tuple[str, str], tuple[dict[str, int], float]] = {}
+    for hook in data.hooks:
+        key = (label(hook.kind), hook.name)
+        by_outcome, longest = table.get(key, ({}, 0.0))
+        outcome = label(hook.outcome)
+        by_outcome[outcome] = by_outcome.get(outcome, 0) + hook.runs
+        table[key] = (by_outcome, max(longest, hook.duration))
+    return table

@@ -120,7 +120,7 @@ class TestWorkerMetrics:
         worker.stats.rejected("max_in_flight")
         metrics.publish()
         assert os.stat(os.path.join(files.path, name)).st_mtime_ns >= mtime
-        assert files.read(name, MAX_FILE_BYTES)["rejected"]["max_in_flight"] == 1  # type: ignore[index]
+        assert files.read(name, MAX_FILE_BYTES)["requests"]["rejected"]["max_in_flight"] == 1  # type: ignore[index]
 
     def test_nothing_after_the_final_write(self, files: WorkerFiles) -> None:
         """final() writes the last counts; a periodic publish after it writes nothing."""
@@ -129,7 +129,7 @@ class TestWorkerMetrics:
         metrics.final()
         worker.stats.rejected("draining")
         metrics.publish()
-        assert files.read(metrics.name, MAX_FILE_BYTES)["rejected"]["draining"] == 1  # type: ignore[index]
+        assert files.read(metrics.name, MAX_FILE_BYTES)["requests"]["rejected"]["draining"] == 1  # type: ignore[index]
 
     def test_a_failing_write_is_logged_once(self, files: WorkerFiles, caplog: pytest.LogCaptureFixture) -> None:
         """The directory gone: the worker logs one warning however often it publishes, and raises nothing."""
@@ -164,8 +164,8 @@ class TestServerMetrics:
             worker.in_flight.add()
             published.publish()
         data = total(metrics)
-        assert data["rejected"]["max_in_flight"] == 5 and data["in_flight"] == 2
-        assert [(c["type"], c["name"], c["success"]) for c in data["healthchecks"]] == [("livez", "ping", 1)]
+        assert data.requests.rejected["max_in_flight"] == 5 and data.in_flight == 2
+        assert [(c.endpoint, c.name, c.successes) for c in data.checks] == [("livez", "ping", 1)]
 
     def test_a_recycled_workers_counters_stay(self, files: WorkerFiles) -> None:
         """A worker reaped after its final write: its counters stay in the total, its in-flight goes, its file too;
@@ -176,7 +176,7 @@ class TestServerMetrics:
         old.stats.rejected("max_in_flight")
         old.in_flight.add()
         old_metrics.publish()
-        assert total(metrics)["rejected"]["max_in_flight"] == 1
+        assert total(metrics).requests.rejected["max_in_flight"] == 1
         old.stats.rejected("max_in_flight")  # after its last periodic write
         old_metrics.final()
         fleet.reap(31)
@@ -184,10 +184,10 @@ class TestServerMetrics:
         new.stats.rejected("max_in_flight")
         new_metrics.publish()
         seen = [total(metrics) for _ in range(2)]
-        assert [d["rejected"]["max_in_flight"] for d in seen] == [3, 3]
-        assert [d["in_flight"] for d in seen] == [0, 0]
+        assert [d.requests.rejected["max_in_flight"] for d in seen] == [3, 3]
+        assert [d.in_flight for d in seen] == [0, 0]
         assert metrics_files(files) == [new_metrics.name]
-        assert metrics.retained["rejected"]["max_in_flight"] == 2
+        assert metrics.retained.requests.rejected["max_in_flight"] == 2
 
     def test_a_reused_pid(self, files: WorkerFiles) -> None:
         """A live pid with two files (it booted again before the master looked): the older one is folded."""
@@ -201,7 +201,7 @@ class TestServerMetrics:
         new.stats.rejected("draining")
         new_metrics.publish()
         data = total(metrics)
-        assert (data["rejected"]["draining"], data["in_flight"]) == (2, 0)
+        assert (data.requests.rejected["draining"], data.in_flight) == (2, 0)
         assert metrics_files(files) == [new_metrics.name]
 
     def test_a_gone_process_never_seen_live_is_folded(self, files: WorkerFiles) -> None:
@@ -212,7 +212,7 @@ class TestServerMetrics:
         worker.stats.rejected("shutting_down")
         published.final()
         fleet.reap(51)
-        assert total(metrics)["rejected"]["shutting_down"] == 1
+        assert total(metrics).requests.rejected["shutting_down"] == 1
         assert metrics_files(files) == []
 
     def test_a_child_not_yet_in_workers_is_left(self, files: WorkerFiles) -> None:
@@ -224,10 +224,10 @@ class TestServerMetrics:
         fleet.live.discard(61)
         worker.stats.rejected("shutting_down")
         published.publish()
-        assert total(metrics)["rejected"]["shutting_down"] == 0
+        assert total(metrics).requests.rejected["shutting_down"] == 0
         assert metrics_files(files) == [published.name]
         fleet.live.add(61)
-        assert total(metrics)["rejected"]["shutting_down"] == 1
+        assert total(metrics).requests.rejected["shutting_down"] == 1
 
     def test_folds_when_workers_change_without_a_scrape(self, files: WorkerFiles) -> None:
         """on_workers_changed folds an exited worker's file when the live set changed; else it leaves the files."""
@@ -241,7 +241,7 @@ class TestServerMetrics:
         fleet.reap(71)
         metrics.on_workers_changed()
         assert metrics_files(files) == []
-        assert metrics.retained["rejected"]["draining"] == 1
+        assert metrics.retained.requests.rejected["draining"] == 1
 
     @pytest.mark.parametrize(
         "content",
@@ -268,7 +268,7 @@ class TestServerMetrics:
             stream.write(content)
         with caplog.at_level(logging.WARNING, logger="graceful.gunicorn.metrics"):
             for _ in range(3):
-                assert total(metrics)["rejected"]["draining"] == 1
+                assert total(metrics).requests.rejected["draining"] == 1
         warned = [r.getMessage() for r in caplog.records if "skipping the metrics file" in r.getMessage()]
         assert len(warned) == 1 and "metrics-82-5.json" in warned[0]
 
@@ -280,7 +280,7 @@ class TestServerMetrics:
         metrics = fleet.master(files)
         with open(os.path.join(files.path, "metrics-91-1.json"), "w") as stream:
             json.dump({"in_flight": 5}, stream)
-        assert total(metrics)["in_flight"] == 0
+        assert total(metrics).in_flight == 0
         assert metrics_files(files) == []
         assert any("metrics-91-1.json" in r.getMessage() for r in caplog.records)
 
@@ -304,4 +304,4 @@ class TestServerMetrics:
         master.stats.checked("readyz", [("ping", True)])
         metrics = fleet.master(files, master)
         files.remove()
-        assert total(metrics)["healthchecks"][0]["success"] == 1
+        assert total(metrics).checks[0].successes == 1

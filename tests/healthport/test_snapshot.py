@@ -8,6 +8,7 @@ import struct
 
 import pytest
 
+from graceful.core.codec import ReportError
 from graceful.healthport.snapshot import MAX_RECORD, TOO_MANY, RecordReader, Snapshot
 from graceful.wsgi.health import CheckResult
 
@@ -119,6 +120,23 @@ class TestRecord:
     def test_anything_else_is_refused(self, data: bytes) -> None:
         """Malformed JSON, another version, wrong types or arity, missing keys: ValueError."""
         with pytest.raises(ValueError):
+            Snapshot.decode(data)
+
+    @pytest.mark.parametrize(
+        ("data", "field"),
+        [
+            (b'{"v": 1, "pid": 1, "s": 0, "p": [], "l": [], "r": []}', r"health record\.s: expected true or false"),
+            (b'{"v": 1, "pid": 1, "s": false, "p": [], "l": [["a", 1, null]], "r": []}', r"health record\.l\[0\]\[1\]"),
+            (
+                b'{"v": 1, "pid": 1, "s": false, "p": [["a"]], "l": [], "r": []}',
+                r"health record\.p\[0\]: expected a list of 2",
+            ),
+            (b"[" * 3000, "nested too deep"),
+        ],
+    )
+    def test_the_error_is_the_reports_naming_the_field(self, data: bytes, field: str) -> None:
+        """A refused record raises the report codec's one error, naming the field that is wrong."""
+        with pytest.raises(ReportError, match=field):
             Snapshot.decode(data)
 
 
