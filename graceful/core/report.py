@@ -73,6 +73,7 @@ from typing import TYPE_CHECKING, Any
 
 from graceful.core.codec import MAX_ITEMS, FieldReader, ReportError
 from graceful.core.delay import DelayEnd, DelayOutcome
+from graceful.core.role import Role
 from graceful.core.stats import LATE_SHARE, PHASES, REASON_REFUSED_STREAM, REASONS, SAMPLE_INTERVAL, CheckTally
 
 if TYPE_CHECKING:
@@ -94,9 +95,9 @@ __all__ = [
     "role_of",
 ]
 
-ROLE_SERVER = "server"  # graceful serve: the one process
-ROLE_MASTER = "master"  # a Gunicorn master: signals and pre-shutdown hooks, no requests
-ROLE_WORKER = "worker"  # a Gunicorn worker: requests and cleanup tasks
+ROLE_SERVER = Role.SERVER.value  # graceful serve: the one process
+ROLE_MASTER = Role.MASTER.value  # a Gunicorn master: signals and pre-shutdown hooks, no requests
+ROLE_WORKER = Role.WORKER.value  # a Gunicorn worker: requests and cleanup tasks
 ROLES = (ROLE_SERVER, ROLE_MASTER, ROLE_WORKER)
 #: The roles that own the server (its facts are theirs) and those that serve requests.
 _OWNERS = frozenset({ROLE_SERVER, ROLE_MASTER})
@@ -461,11 +462,8 @@ class ProcessReport:
 
 
 def role_of(lifecycle: Lifecycle) -> str:
-    """The role of the process ``lifecycle`` runs in: a Gunicorn master serves no requests, a worker runs no
-    pre-shutdown hooks, the one process of ``graceful serve`` does both."""
-    if not lifecycle.serves_requests:
-        return ROLE_MASTER
-    return ROLE_SERVER if lifecycle.run_pre_shutdown_hooks else ROLE_WORKER
+    """The role of the process ``lifecycle`` runs in (:class:`graceful.core.role.Role`), as the record names it."""
+    return lifecycle.role.value
 
 
 def report_of(

@@ -26,6 +26,7 @@ from graceful.core.report import (
     report_of,
     role_of,
 )
+from graceful.core.role import Role
 from graceful.core.stats import CheckTally
 from graceful.testing import FakeClock, run_shutdown
 
@@ -67,8 +68,8 @@ class TestDrainedCount:
         worker_exit's drain finds none; merged with the master's report the record still says drained 3."""
         clock = FakeClock()
         master = Lifecycle(Config(shutdown_delay=1), clock=clock)
-        master.serves_requests = False
-        worker = Lifecycle(Config(shutdown_delay=1), clock=clock, run_pre_shutdown_hooks=False)
+        master.become_master("gunicorn", "gthread")
+        worker = Lifecycle(Config(shutdown_delay=1), clock=clock, role=Role.WORKER)
         releases = [worker.in_flight.add() for _ in range(3)]
         master.initiate_shutdown()
         worker.initiate_shutdown()
@@ -123,13 +124,13 @@ class TestReportOf:
         assert (got.t0, got.signals, got.requests.drained) == (0.0, {}, 0)
 
     def test_role_of_the_lifecycle(self) -> None:
-        """A master serves no requests; a worker runs no pre-shutdown hooks; graceful serve's process does both."""
+        """The record names the lifecycle's role: graceful serve's process, a Gunicorn master, a worker."""
         lc = Lifecycle(Config())
         assert role_of(lc) == ROLE_SERVER
-        lc.run_pre_shutdown_hooks = False
-        assert role_of(lc) == ROLE_WORKER
-        lc.serves_requests = False
+        lc.become_master("gunicorn", "sync")
         assert role_of(lc) == ROLE_MASTER
+        lc.become_worker("a worker")
+        assert role_of(lc) == ROLE_WORKER
 
 
 class TestMerge:
