@@ -34,20 +34,11 @@ from h2.config import H2Configuration
 from graceful.gunicorn.adapter import http2 as adapter
 from graceful.gunicorn.adapter.http2 import PING_DATA, REFUSED_STREAM, Http2Connections, probe_http2
 from graceful.gunicorn.http2 import MAX_STREAM_ID, ROUND_TRIP_TIMEOUT, Http2Drain
+from tests.gunicorn.test_http2 import Clock
 from tests.gunicorn.test_http2_e2e import _ClientH2
 
 SOON = 10.0  # real seconds: a bound for a loaded machine, never reached when things work
 NO_ERROR = 0
-
-
-class Clock:
-    """The adapter's ``time`` module: ``monotonic()`` reads a value the test moves."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def monotonic(self) -> float:
-        return self.now
 
 
 class RecordingPoll:
@@ -195,8 +186,9 @@ class Worker:
 
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    """The adapter's ``time`` module: its ``monotonic()`` reads a value the test moves."""
     fake = Clock()
-    monkeypatch.setattr(adapter, "time", fake)
+    monkeypatch.setattr(adapter, "time", SimpleNamespace(monotonic=fake))
     return fake
 
 
@@ -220,7 +212,7 @@ def worker(monkeypatch: pytest.MonkeyPatch, clock: Clock, refused: list[int]) ->
     monkeypatch.setattr(gunicorn.http, "get_parser", gunicorn.http.get_parser)
     cfg = Config()
     cfg.set("http_protocols", "h2,h1")
-    drain = Http2Drain("ShutdownInitiated", clock=clock.monotonic, on_refused=lambda: refused.append(1))
+    drain = Http2Drain("ShutdownInitiated", clock=clock, on_refused=lambda: refused.append(1))
     server = probe_http2(SimpleNamespace(cfg=cfg), drain, "gthread")
     assert server is not None
     probed = Worker(cfg, drain, server)
