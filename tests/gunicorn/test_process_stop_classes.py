@@ -62,6 +62,16 @@ class TestStopAccepting:
         assert calls == ["server stops accepting"]
 
 
+class TestGthreadCount:
+    def test_open_connections_are_the_loops(self) -> None:
+        """gthread's stop counts the connections its loop holds now, as the loop reports them."""
+        loop = FakeGthreadLoop(connections=3)
+        stop = GthreadStop(loop)
+        assert stop.open_connections() == 3
+        loop.connections = 0
+        assert stop.open_connections() == 0
+
+
 class TestGunicornsTerm:
     def test_with_no_handler_of_gunicorns_a_term_still_leaves_the_loop(self) -> None:
         """No callable SIGTERM handler to chain to: the TERM (the OS handler's body) leaves the worker's loop."""
