@@ -171,11 +171,11 @@ class Worker:
         self.server = server
         self.sockets: list[socket.socket] = []
 
-    def connect(self) -> tuple[Any, Client]:
+    def connect(self, peer: Any = None) -> tuple[Any, Client]:
         """A new HTTP/2 connection (gthread: ``get_parser(..., http2_connection=True)``, then its SETTINGS)."""
         ours, theirs = socket.socketpair()
         self.sockets += [ours, theirs]
-        peer = ("127.0.0.1", 40000 + len(self.sockets))
+        peer = peer or ("127.0.0.1", 40000 + len(self.sockets))
         conn = gunicorn.http.get_parser(self.cfg, ours, peer, http2_connection=True)
         conn.initiate_connection()
         client = Client(theirs)
@@ -289,6 +289,13 @@ class TestServing:
         assert worker.server.open_streams() == {peer: []}
         assert (worker.drain.counts.drained, worker.drain.counts.goaway_connections) == (0, 0)
 
+    def test_a_connection_on_a_unix_socket_is_named_by_its_address(self, worker: Worker) -> None:
+        """Gunicorn's client address on a unix socket is a string: the live set names the connection by it."""
+        conn, client = worker.connect(peer="/run/app.sock")
+        stream = client.get()
+        conn.receive_data()
+        assert worker.server.open_streams() == {"/run/app.sock": [stream]}
+
     def test_a_read_with_no_timeout_waits_for_the_socket(self, worker: Worker) -> None:
         """keepalive 0 (no timeout on the socket): the read polls the socket and the wake pipe, then reads."""
         conn, client = worker.connect()
@@ -360,6 +367,8 @@ class TestDrain:
         worker.drain.request()
         assert client.read() == [FIRST_GOAWAY]
         assert worker.drain.counts.goaway_connections == 1
+        worker.drain.stop()  # the worker's stop wakes every connection again: this one was told already
+        assert client.read() == []
         serve(conn, request)
         assert client.read() == response(stream)
         assert worker.drain.counts.drained == 1
