@@ -16,19 +16,16 @@ class TestFold:
         """Boot times compare as numbers: started 10 is newer than 9 though "10" sorts first; the 9 one is folded."""
         fleet = Workers()
         metrics = fleet.master(files)
-        old, old_metrics = fleet.boot(files, 41)
-        old.stats.rejected("draining")
-        old.in_flight.add()
-        old_metrics.final()
-        new, new_metrics = fleet.boot(files, 41)
-        new.stats.rejected("draining")
-        new_metrics.publish()
-        os.rename(os.path.join(files.path, old_metrics.name), os.path.join(files.path, "metrics-41-9.json"))
-        os.rename(os.path.join(files.path, new_metrics.name), os.path.join(files.path, "metrics-41-10.json"))
+        for started, rejected in ((9, 1), (10, 2)):  # two boots of pid 41, each with its count
+            worker, published = fleet.boot(files, 41)
+            for _ in range(rejected):
+                worker.stats.rejected("draining")
+            published.final()
+            os.rename(os.path.join(files.path, published.name), os.path.join(files.path, f"metrics-41-{started}.json"))
         assert metrics_files(files) == ["metrics-41-10.json", "metrics-41-9.json"]  # the newer one listed first
-        data = total(metrics)
-        assert (data["rejected"]["draining"], data["in_flight"]) == (2, 0)
+        assert total(metrics)["rejected"]["draining"] == 3  # the older one's count kept, folded
         assert metrics_files(files) == ["metrics-41-10.json"]
+        assert metrics.retained["rejected"]["draining"] == 1
 
 
 class TestProcessExists:
