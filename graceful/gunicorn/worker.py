@@ -271,7 +271,8 @@ class WorkerShutdown:
         except Exception:  # logged: the record must never change how the worker exits
             logger.exception("graceful: worker %d could not build its part of the shutdown record", self.pid)
             return
-        if lifecycle.shutdown_initiated.is_set():
+        # The server's stop as the stop saw it (the master's broadcast): the watch thread may not have mirrored it yet.
+        if self.stop.server_stop or lifecycle.shutdown_initiated.is_set():
             self.shared.parts.write(self.pid, part)
         elif logger.isEnabledFor(logging.DEBUG):
             logger.debug("graceful: worker %d stopped on its own: %s", self.pid, json.dumps(part.to_json()))

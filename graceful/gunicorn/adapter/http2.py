@@ -177,9 +177,10 @@ class _Goaway:
                     self._write(h2.data_to_send() + _goaway(last))
                     self.state.sent_final(last)
                 else:
-                    last = int(h2.highest_inbound_stream_id)
-                    self.state.sent_final(last)
-                    conn.close(last_stream_id=last)  # h2's GOAWAY (the same last-stream-id), then closed
+                    # A final GOAWAY already out stays the last word: streams h2 saw after it were refused.
+                    if self.state.last_stream_id is None:
+                        self.state.sent_final(int(h2.highest_inbound_stream_id))
+                    conn.close(last_stream_id=self.state.last_stream_id)  # h2's GOAWAY (that last-stream-id), closed
             except OSError:
                 # The socket is gone: nothing more can be told to this client.
                 conn.close()
