@@ -31,7 +31,8 @@ class TestPrepare:
         result, _ = check(processes, "renew")
         assert result["gevent_event"] is True
         assert result["woken"] is True and 0.2 < result["waited"] < 1.5  # type: ignore[operator]
-        assert result["ticks_while_waiting"] > 10  # type: ignore[operator]
+        # A wait that blocked the hub would let no tick happen while it waits; a loaded machine may allow few.
+        assert result["ticks_while_waiting"] >= 1  # type: ignore[operator]
 
     def test_a_listener_shut_down_closes_its_server_quietly(self, processes: Processes) -> None:
         """The master's shutdown of a listener: the recorded server stops accepting with one INFO line, no traceback.

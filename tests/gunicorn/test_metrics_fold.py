@@ -23,9 +23,9 @@ class TestFold:
             published.final()
             os.rename(os.path.join(files.path, published.name), os.path.join(files.path, f"metrics-41-{started}.json"))
         assert metrics_files(files) == ["metrics-41-10.json", "metrics-41-9.json"]  # the newer one listed first
-        assert total(metrics)["rejected"]["draining"] == 3  # the older one's count kept, folded
+        assert total(metrics).requests.rejected["draining"] == 3  # the older one's count kept, folded
         assert metrics_files(files) == ["metrics-41-10.json"]
-        assert metrics.retained["rejected"]["draining"] == 1
+        assert metrics.retained.requests.rejected["draining"] == 1
 
 
 class TestProcessExists:

@@ -213,10 +213,11 @@ class TestSigterm:
         with caplog.at_level(logging.INFO, logger="graceful"):
             stop.install(5.0, None, None)
             os.kill(os.getpid(), signal.SIGTERM)
-            assert wait_until(lambda: stop.stopping)
+            # The thread notes the stop, then logs it: wait for the line, not only the note.
+            line = f"graceful: worker {os.getpid()} stopping (reload)"
+            assert wait_until(lambda: line in caplog.text)
         assert sigterm == [signal.SIGTERM]
-        assert stop.reason is StopReason.RELOAD and stop.term_at is not None
-        assert f"graceful: worker {os.getpid()} stopping (reload)" in caplog.text
+        assert stop.stopping and stop.reason is StopReason.RELOAD and stop.term_at is not None
 
     def test_gthread_hands_over_only_when_its_connections_are_done(self, sigterm: list[int]) -> None:
         """gthread: the OS handler does not call Gunicorn's; the thread does, once no connection is left."""

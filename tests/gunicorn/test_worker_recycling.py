@@ -39,9 +39,10 @@ CLIENTS = 16
 #: Seconds between two HUPs (or TTIN/TTOU) during a run.
 SIGNAL_EVERY = 2.5
 
-#: Gunicorn arguments of each scenario (max_requests: about 200 requests per worker).
+#: Gunicorn arguments of each scenario (max_requests: about 120 requests per worker, so that even a sync
+#: run on a loaded machine, which gets through 600 requests, recycles every worker at least once).
 ARGS = {
-    "max_requests": ("--max-requests", "200", "--max-requests-jitter", "50"),
+    "max_requests": ("--max-requests", "120", "--max-requests-jitter", "30"),
     "hup": (),
     "ttou": (),
 }
