@@ -234,9 +234,9 @@ class MasterChannel:
         self._parts: list[tuple[int, bytes]] = []
         self._on_close: list[Callable[[int, dict[Kind, Received]], object]] = []
         self._selector: selectors.BaseSelector | None = None
-        self._wake_r, self._wake_w = socket.socketpair()
-        self._wake_r.setblocking(False)
-        self._wake_w.setblocking(False)
+        # Wakes the reader thread for a new end or the close; made with the thread.
+        self._wake_r: socket.socket | None = None
+        self._wake_w: socket.socket | None = None
         self._added: list[_End] = []
         self._thread: threading.Thread | None = None
         self._closing = False
@@ -334,26 +334,32 @@ class MasterChannel:
             for end in self._ends:
                 end.sock.close()
             self._ends = []
-            self._wake_r.close()
-            self._wake_w.close()
+            self._close_wake()
             if self._selector is not None:
                 self._selector.close()
                 self._selector = None
             self._thread = None
 
     def worker_end(self, pid: int | None = None) -> WorkerChannel | None:
-        """``post_fork`` (worker, main thread): this worker's channel; None when ``pre_fork`` did not run."""
+        """``post_fork`` (worker, main thread): this worker's channel; None when ``pre_fork`` did not run.
+
+        Called in the process that ran ``pre_fork`` (no fork between: a test,
+        a worker in this very process), both ends stay here.
+        """
+        if self._child is None and self._pending is not None and self._pid == os.getpid():
+            end, theirs = self._pending
+            self._pending = None
+            self._watch(end)
+            return WorkerChannel(theirs, pid)
         sock, self._child = self._child, None
         return None if sock is None else WorkerChannel(sock, pid)
 
     def connect(self, pid: int | None = None) -> WorkerChannel:
-        """A worker's channel without a fork (tests, and a worker in this process): both ends here."""
+        """A worker's channel without a fork (tests): ``pre_fork`` and ``post_fork`` in this process."""
         self.before_fork()
-        assert self._pending is not None
-        end, theirs = self._pending
-        self._pending = None
-        self._watch(end)
-        return WorkerChannel(theirs, pid)
+        channel = self.worker_end(pid)
+        assert channel is not None
+        return channel
 
     def _drop_pending(self) -> None:
         """A pre_fork with no fork after it (the fork failed): the pair is forgotten (under the lock)."""
@@ -438,7 +444,18 @@ class MasterChannel:
                 end.sock.close()
                 end.open = False
             self._ends = []
+            if self._pending is not None:
+                self._pending[1].close()
+                self._pending = None
+            if self._thread is None or not self._thread.is_alive():
+                self._close_wake()
             self._lock.notify_all()
+
+    def _close_wake(self) -> None:
+        for sock in (self._wake_r, self._wake_w):
+            if sock is not None:
+                sock.close()
+        self._wake_r = self._wake_w = None
 
     # -- the graceful-channel thread --------------------------------------------------------------
 
@@ -449,6 +466,9 @@ class MasterChannel:
             if end not in self._ends:
                 self._ends.append(end)
             if self._thread is None and not self._closing:
+                self._wake_r, self._wake_w = socket.socketpair()
+                self._wake_r.setblocking(False)
+                self._wake_w.setblocking(False)
                 self._selector = selectors.DefaultSelector()
                 self._selector.register(self._wake_r, selectors.EVENT_READ, None)
                 self._thread = threading.Thread(target=self._run, name="graceful-channel", daemon=True)
@@ -456,9 +476,10 @@ class MasterChannel:
         self._wake()
 
     def _wake(self) -> None:
-        # Full: a wake is pending already; closed: in a child.
-        with contextlib.suppress(OSError):
-            self._wake_w.send(b"w")
+        wake = self._wake_w
+        if wake is not None:
+            with contextlib.suppress(OSError):  # full: a wake is pending already
+                wake.send(b"w")
 
     def _run(self) -> None:
         selector = self._selector
@@ -466,14 +487,14 @@ class MasterChannel:
         while not self._closing:
             for key, _ in selector.select(_IDLE):
                 if key.data is None:
-                    self._take_added(selector)
+                    self._take_added(selector, key.fileobj)  # type: ignore[arg-type]
                 else:
                     self._read(selector, key.data)
         selector.close()
 
-    def _take_added(self, selector: selectors.BaseSelector) -> None:
+    def _take_added(self, selector: selectors.BaseSelector, wake: socket.socket) -> None:
         with contextlib.suppress(BlockingIOError):
-            while self._wake_r.recv(4096):
+            while wake.recv(4096):
                 pass
         with self._lock:
             added, self._added = self._added, []
@@ -565,6 +586,8 @@ class WorkerChannel:
         # A record was cut short: the master cannot read anything after it.
         self._broken = False
         self._warned = False
+        # Whoever reads a fact wakes the other readers' waits (the graceful-stop thread may read it first).
+        self._news_r, self._news_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._owner = os.getpid()
         register_at_fork_weakly(self, after_in_child="_after_fork_in_child")
         self.send(Kind.HELLO, str(self.pid).encode(), timeout=FINISH_RECORD_TIMEOUT)
@@ -573,8 +596,17 @@ class WorkerChannel:
         """A process the worker forks (the app's own): its copy would keep the master from seeing this worker's exit."""
         if self._owner != os.getpid():
             self._owner = os.getpid()
-            self._broken = self.master_gone = True
-            self._sock.close()
+            self.close()
+            for fd in (self._news_r, self._news_w):  # no thread of the worker's came along
+                os.close(fd)
+
+    def close(self) -> None:
+        """Close this end (the worker's exit does the same): the master reads its end-of-file."""
+        self._broken = self.master_gone = True
+        self._sock.close()
+        # Wakes a thread waiting on it; the pipe stays (a waiter may still be about to select on it).
+        with contextlib.suppress(OSError):
+            os.write(self._news_w, b"c")
 
     def renew_after_patch(self) -> None:
         """``post_worker_init`` under gevent, after its monkey-patching: cooperative locks."""
@@ -604,6 +636,8 @@ class WorkerChannel:
                     self._facts.add(kind)
                     if kind is Kind.STOP_REASON:
                         self._stop_reason = _reason(payload)
+                with contextlib.suppress(OSError):  # full: the waiters are being woken already
+                    os.write(self._news_w, b"n")
                 if self._reader.error is not None:
                     self._warn(self._reader.error)
                     self.master_gone = True  # nothing more can be read from it
@@ -621,7 +655,14 @@ class WorkerChannel:
             if remaining <= 0:
                 return False
             # select.select looked up now: gevent's cooperative one once patched.
-            select.select([] if self.master_gone else [self._sock], [], [], remaining)
+            watched = [self._news_r] if self.master_gone else [self._sock.fileno(), self._news_r]
+            try:
+                readable, _, _ = select.select(watched, [], [], remaining)
+            except (OSError, ValueError):  # closed meanwhile (close()): look again, at the news alone
+                continue
+            if self._news_r in readable:
+                with contextlib.suppress(OSError):
+                    os.read(self._news_r, 64)
         return True
 
     def stop_reason(self) -> StopReason:

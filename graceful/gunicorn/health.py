@@ -344,7 +344,6 @@ def start_worker_health(shutdown: WorkerShutdown, lifecycle: Lifecycle) -> Healt
     environment alone.
     """
     worker = shutdown.worker
-    channel = shutdown.channel
     if not shutdown.health_port:
         if lifecycle.config.health_bind:
             logger.warning(
@@ -361,6 +360,7 @@ def start_worker_health(shutdown: WorkerShutdown, lifecycle: Lifecycle) -> Healt
         return shutdown.stopping or not worker.is_alive()
 
     # Its metrics for the master's /metrics: every period, and once more after the drain and cleanup.
+    channel = shutdown.channel
     metrics = WorkerMetrics(channel, lifecycle)
     shutdown.at_exit.append(metrics.final)
 

@@ -23,6 +23,7 @@ from graceful.core.config import Config
 from graceful.core.lifecycle import Lifecycle
 from graceful.gunicorn import hooks
 from graceful.gunicorn.adapter import attached
+from graceful.gunicorn.channel import Kind
 from graceful.gunicorn.master import MasterShutdown
 from graceful.gunicorn.stop_reason import StopReason
 from graceful.gunicorn.worker import WorkerShutdown
@@ -52,8 +53,10 @@ def process() -> Iterator[list[Any]]:
     for thing in made:
         state = attached(thing)
         if isinstance(state, MasterShutdown):
-            state.shared.close_listeners.fire()  # ends the workers' watch threads
-            state.shared.parts.remove()
+            state.channel.fire(Kind.CLOSE_LISTENERS)  # ends the workers' watch threads
+            state.channel.close()
+        if isinstance(state, WorkerShutdown):
+            state.channel.close()
         if hasattr(thing, "tmp"):
             thing.tmp.close()
     for signum, handler in handlers.items():
@@ -79,6 +82,7 @@ def forked(made: list[Any], arbiter: Any) -> Any:
     """A sync worker after ``post_fork`` and ``post_worker_init`` (its app loaded as Gunicorn's load_wsgi does)."""
     worker = SyncWorker(1, os.getpid(), [], arbiter.app, arbiter.timeout, arbiter.cfg, arbiter.log)
     made.append(worker)
+    hooks.pre_fork(arbiter, worker)  # no fork between: the worker's end stays in this process
     hooks.post_fork(arbiter, worker)
     worker.wsgi = app
     hooks.post_worker_init(worker)
@@ -163,15 +167,16 @@ class TestMasterHooks:
         hooks.nworkers_changed(object(), 2, None)  # Gunicorn's setup, before graceful's part exists
         arbiter = started(process)
         hooks.nworkers_changed(arbiter, 1, 2)
-        assert attached(arbiter).shared.stop_reason.read() is StopReason.SCALE_IN
+        assert attached(arbiter).channel.stop_reason is StopReason.SCALE_IN
 
     def test_on_exit_after_a_quick_stop_records_nothing(self, lifecycle: Lifecycle, process: list[Any]) -> None:
-        """on_exit with no graceful shutdown begun (INT, QUIT): the shared directory goes, no record."""
+        """on_exit with no graceful shutdown begun (INT, QUIT): the channel closes, no record."""
         arbiter = started(process)
         master = attached(arbiter)
+        worker = forked(process, arbiter)
         hooks.pre_exec(arbiter)  # the health port is off: nothing to pass on
         hooks.on_exit(arbiter)
-        assert not os.path.exists(master.shared.files.path)
+        assert master.channel.latest(Kind.HEALTH) == [] and attached(worker).channel.send(Kind.DRAINED) is False
 
 
 class TestWorkerHooks:
