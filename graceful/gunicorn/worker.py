@@ -96,7 +96,7 @@ class WorkerShutdown:
         lifecycle.reinit_after_fork()
         # Arrivals during the shutdown go on the server's board too: the master's adaptive delay reads it.
         lifecycle.stats.publish_arrivals(arrivals.slot)
-        # The master's reaction to signals (broadcasts, systemd) came along in the fork copy.
+        # The master's reaction to signals (its facts to the workers, systemd) came along in the fork copy.
         lifecycle.unsubscribe(master_listener)
         lifecycle.run_pre_shutdown_hooks = False
         lifecycle.adapter = NullAdapter()
