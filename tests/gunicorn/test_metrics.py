@@ -11,33 +11,21 @@ from __future__ import annotations
 import json
 import logging
 import socket
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 
 from graceful.core.config import Config
 from graceful.core.lifecycle import Lifecycle
-from graceful.gunicorn.channel import REPORTS, FrameReader, Kind, MasterChannel, WorkerChannel
+from graceful.gunicorn.channel import REPORTS, FrameReader, Kind, WorkerChannel
 from graceful.gunicorn.metrics import ServerMetrics, WorkerMetrics
 from graceful.metrics.snapshot import Snapshot, merge
 from graceful.testing import FakeClock
-
-SOON = 10.0  # real seconds: a bound for a loaded machine, never reached when things work
+from tests.gunicorn.test_channel import Channels, wait_for
 
 
 def lifecycle() -> Lifecycle:
     return Lifecycle(Config(), clock=FakeClock())
-
-
-def wait_for(condition: Callable[[], bool]) -> bool:
-    """Wait (bounded) for ``condition()`` that the channel's thread makes true."""
-    pause = threading.Event()
-    for _ in range(int(SOON / 0.01)):
-        if condition():
-            return True
-        pause.wait(0.01)
-    return condition()
 
 
 class Pair:
@@ -71,19 +59,17 @@ def pair() -> Iterator[Pair]:
     made.close()
 
 
-class Fleet:
-    """A master's channel and ServerMetrics, and the workers connected to it."""
+class Fleet(Channels):
+    """A master's channel with its ServerMetrics, and the workers connected to it."""
 
     def __init__(self, master: Lifecycle | None = None) -> None:
-        self.channel = MasterChannel()
-        self.metrics = ServerMetrics(master or lifecycle(), self.channel)
-        self.workers: list[WorkerChannel] = []
+        super().__init__()
+        self.metrics = ServerMetrics(master or lifecycle(), self.master)
 
     def boot(self, pid: int) -> tuple[Lifecycle, WorkerChannel, WorkerMetrics]:
         """Worker ``pid``: its lifecycle, its channel, its metrics."""
         worker = lifecycle()
-        channel = self.channel.connect(pid)
-        self.workers.append(channel)
+        channel = self.connect(pid)
         return worker, channel, WorkerMetrics(channel, worker)
 
     def total(self) -> Snapshot:
@@ -91,12 +77,7 @@ class Fleet:
 
     def live(self) -> list[int]:
         """The pids whose metrics the master holds as live."""
-        return [pid for pid, _ in self.channel.latest(Kind.METRICS)]
-
-    def close(self) -> None:
-        for channel in self.workers:
-            channel.close()
-        self.channel.close()
+        return self.pids(Kind.METRICS)
 
 
 @pytest.fixture
