@@ -188,7 +188,7 @@ class FrameReader:
         self._buffer.clear()
 
 
-@dataclass
+@dataclass(frozen=True)
 class Received:
     """The latest record of one kind from one worker, as the master keeps it."""
 
@@ -294,7 +294,9 @@ class MasterChannel:
             return  # the worker is gone: its end-of-file is read by the thread
         if sent != len(record):
             end.broken = True
-            logger.warning("graceful: worker %s does not read its channel: no more facts are sent to it", end.pid)
+            logger.warning(
+                "graceful: worker %s does not read its channel: no more facts are sent to it", end.pid or "?"
+            )
 
     # -- the fork (master main thread; the child in post_fork) -----------------------------------
 
@@ -328,9 +330,8 @@ class MasterChannel:
             self._pending = None
             if pending is not None and forking == threading.get_ident():
                 self._child = pending[1]  # a Gunicorn worker; any other fork closes it at exec
-            else:
-                if pending is not None:
-                    pending[1].close()
+            elif pending is not None:
+                pending[1].close()
             for end in self._ends:
                 end.sock.close()
             self._ends = []
