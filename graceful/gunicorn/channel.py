@@ -489,8 +489,12 @@ class MasterChannel:
             for key, _ in selector.select(_IDLE):
                 if key.data is None:
                     self._take_added(selector, key.fileobj)  # type: ignore[arg-type]
-                else:
+                    continue
+                try:
                     self._read(selector, key.data)
+                except Exception:  # logged; this worker's end is closed, the others are read on
+                    logger.exception("graceful: reading worker %s's channel failed: it is closed", key.data.pid)
+                    self._closed(selector, key.data)
         selector.close()
 
     def _take_added(self, selector: selectors.BaseSelector, wake: socket.socket) -> None:
@@ -538,7 +542,8 @@ class MasterChannel:
         end.latest[kind] = Received(payload, now)
 
     def _closed(self, selector: selectors.BaseSelector, end: _End) -> None:
-        selector.unregister(end.sock)
+        with contextlib.suppress(KeyError, ValueError):  # unregistered already (a failed read's retry)
+            selector.unregister(end.sock)
         end.sock.close()
         if end.reader.pending:
             self._warn(end, f"a record cut short at end-of-file ({end.reader.pending} bytes)")

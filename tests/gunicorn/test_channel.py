@@ -257,6 +257,21 @@ class TestHostileRecords:
         assert len(warned) == 1
         assert channels.master.parts(SOON) == []
 
+    def test_a_consumer_failing_at_an_exit_does_not_stop_the_reader(
+        self, channels: Channels, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """A consumer's bug at one worker's end-of-file is logged; the master reads the other workers on."""
+
+        def broken(_pid: int, _latest: dict[Kind, Received]) -> None:
+            raise RuntimeError("a consumer's bug")
+
+        channels.master.on_close(broken)
+        first, second = channels.connect(11), channels.connect(12)
+        first.close()
+        assert wait_for(lambda: "a channel consumer failed on worker 11's exit" in caplog.text)
+        assert second.send(Kind.METRICS, b"still read")
+        assert wait_for(lambda: channels.pids(Kind.METRICS) == [12])
+
     def test_a_huge_length_is_refused_without_buffering(
         self, channels: Channels, caplog: pytest.LogCaptureFixture
     ) -> None:
