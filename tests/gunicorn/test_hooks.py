@@ -186,6 +186,14 @@ class TestWorkerHooks:
         assert isinstance(attached(worker), WorkerShutdown)
         assert isinstance(worker.wsgi, GracefulMiddleware)
 
+    def test_post_fork_without_pre_fork_names_the_fix(self, lifecycle: Lifecycle, process: list[Any]) -> None:
+        """A config whose own pre_fork does not call graceful's: the worker fails to boot, saying what to call."""
+        arbiter = started(process)
+        worker = SyncWorker(1, os.getpid(), [], arbiter.app, arbiter.timeout, arbiter.cfg, arbiter.log)
+        process.append(worker)
+        with pytest.raises(RuntimeError, match=r"must call graceful\.conf\.pre_fork\(server, worker\) from it$"):
+            hooks.post_fork(arbiter, worker)
+
     def test_pre_request_asks_for_close_once_shutting_down(self, lifecycle: Lifecycle, process: list[Any]) -> None:
         """pre_request: Connection: close from ShutdownInitiated on."""
         worker = forked(process, started(process))
