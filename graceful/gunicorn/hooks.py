@@ -32,6 +32,7 @@ from graceful.core.config import ConfigError
 from graceful.core.default import default_lifecycle
 from graceful.gunicorn.adapter import attach, attached
 from graceful.gunicorn.adapter.arbiter import Arbiter, ArbiterAdapter
+from graceful.gunicorn.adapter.refusal import WorkerRefused
 from graceful.gunicorn.adapter.worker import WorkerAdapter
 from graceful.gunicorn.health import start_worker_health
 from graceful.gunicorn.master import MasterShutdown
@@ -160,7 +161,7 @@ def post_fork(server: Any, worker: Any) -> None:
     master = _master(server)
     channel = master.channel.worker_end()
     if channel is None:
-        raise RuntimeError(
+        raise WorkerRefused(  # one line, and the master stops rather than fork worker after worker
             "graceful: pre_fork did not run before this worker's fork: a config that defines pre_fork"
             " must call graceful.conf.pre_fork(server, worker) from it"
         )

@@ -23,6 +23,7 @@ from graceful.core.config import Config
 from graceful.core.lifecycle import Lifecycle
 from graceful.gunicorn import hooks
 from graceful.gunicorn.adapter import attached
+from graceful.gunicorn.adapter.refusal import WorkerRefused
 from graceful.gunicorn.channel import Kind
 from graceful.gunicorn.master import MasterShutdown
 from graceful.gunicorn.stop_reason import StopReason
@@ -191,7 +192,7 @@ class TestWorkerHooks:
         arbiter = started(process)
         worker = SyncWorker(1, os.getpid(), [], arbiter.app, arbiter.timeout, arbiter.cfg, arbiter.log)
         process.append(worker)
-        with pytest.raises(RuntimeError, match=r"must call graceful\.conf\.pre_fork\(server, worker\) from it$"):
+        with pytest.raises(WorkerRefused, match=r"must call graceful\.conf\.pre_fork\(server, worker\) from it$"):
             hooks.post_fork(arbiter, worker)
 
     def test_pre_request_asks_for_close_once_shutting_down(self, lifecycle: Lifecycle, process: list[Any]) -> None:
