@@ -7,16 +7,16 @@ with ``GRACEFUL_HEALTH_BIND``, idle but for the probes. Alternating, one
 every 0.1 s (within one client's budget of 20 answers a second), a GET
 ``/metrics`` and a GET ``/livez`` on fresh connections with a 1 s timeout;
 latency from connect to the whole body. The scrape is answered by the
-master's ``graceful-health-port`` thread: it lists the workers' metrics
-directory, reads and checks each live worker's file, merges them with the
-master's own snapshot and renders Prometheus' text. Prints median / p99 /
+master's ``graceful-health-port`` thread: it takes each live worker's
+latest metrics record from the workers' channels, checks it, merges them
+with the master's own snapshot and renders Prometheus' text. Prints median / p99 /
 max (ms) of each, the difference of the medians, and the body size.
 Bounded: ``--scrapes`` of each (200 take 40 s), each with a 1 s timeout.
 
-Then the master's part alone, in this process: ``--workers`` workers' files
-written by :class:`~graceful.gunicorn.metrics.WorkerMetrics`, and the median
-over 2,000 rounds of what the port's thread does per scrape (read and check
-the files, then render).
+Then the master's part alone, in this process: ``--workers`` workers'
+records sent by :class:`~graceful.gunicorn.metrics.WorkerMetrics` through
+their channels, and the median over 2,000 rounds of what the port's thread
+does per scrape (parse and check the records, then render).
 """
 
 from __future__ import annotations
@@ -70,22 +70,26 @@ def row(name: str, latencies: list[float], failures: int) -> list[str]:
 
 
 def in_process(workers: int, rounds: int = 2000) -> tuple[float, float]:
-    """Median µs of reading ``workers`` files into snapshots, and of that plus rendering (the port's thread)."""
+    """Median µs of reading ``workers`` records into snapshots, and of that plus rendering (the port's thread)."""
     from graceful.core.config import Config
     from graceful.core.lifecycle import Lifecycle
+    from graceful.gunicorn.channel import Kind, MasterChannel
     from graceful.gunicorn.metrics import ServerMetrics, WorkerMetrics
-    from graceful.gunicorn.shared import WorkerFiles
     from graceful.metrics import render_metrics
 
-    files = WorkerFiles()
+    channel = MasterChannel()
+    ends = []
     try:
-        live = set(range(100, 100 + workers))
-        for pid in live:
+        for pid in range(100, 100 + workers):
             worker = Lifecycle(Config())
             worker.stats.rejected("max_in_flight")
             worker.stats.checked("livez", [("ping", True)])
-            WorkerMetrics(files, worker, pid=pid).publish()
-        metrics = ServerMetrics(Lifecycle(Config()), files, lambda: live)
+            ends.append(channel.connect(pid))
+            WorkerMetrics(ends[-1], worker).publish()
+        metrics = ServerMetrics(Lifecycle(Config()), channel)
+        deadline = time.monotonic() + 10
+        while len(channel.latest(Kind.METRICS)) < workers and time.monotonic() < deadline:
+            time.sleep(0.01)  # the channel's thread reads them
         render_metrics(snapshots=metrics.snapshots)  # the import, once
         read, whole = [], []
         for _ in range(rounds):
@@ -97,7 +101,9 @@ def in_process(workers: int, rounds: int = 2000) -> tuple[float, float]:
             whole.append(time.perf_counter() - started)
         return statistics.median(read) * 1e6, statistics.median(whole) * 1e6
     finally:
-        files.remove()
+        for end in ends:
+            end.close()
+        channel.close()
 
 
 def main() -> None:

@@ -16,8 +16,8 @@ or compose it with your own config file::
 This file is the public path only: the hooks live in
 :mod:`graceful.gunicorn.hooks`, beside the master's part
 (:mod:`graceful.gunicorn.master`), each worker's part
-(:mod:`graceful.gunicorn.worker`) and the state they share
-(:mod:`graceful.gunicorn.shared`).
+(:mod:`graceful.gunicorn.worker`) and the channel between them
+(:mod:`graceful.gunicorn.channel`).
 """
 
 from __future__ import annotations

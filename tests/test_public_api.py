@@ -53,6 +53,7 @@ class TestPublicPaths:
             "post_fork",
             "post_worker_init",
             "pre_exec",
+            "pre_fork",
             "pre_request",
             "when_ready",
             "worker_abort",

@@ -11,26 +11,27 @@ sockets, and this module's pipes).
 
 What feeds it::
 
-    each worker                                   the master
-    graceful-health thread (greenlet: gevent)     graceful-health-port thread
-      runs the app's checks every 1 s     pipe      reads the records as they come,
-      (HealthRunner), writes a record  --------->   keeps the latest per live pid,
-      (<= PIPE_BUF: one atomic,                     answers probes from them (HealthView)
-      non-blocking write)
-                                                  main thread
-                                                    murder_workers / reap_workers wrapped:
-                                                    each call is a tick of its loop
-      every 1 s, when changed: its metrics   file   at each /metrics: the master's own,
-      snapshot (KBs: more than PIPE_BUF)  ------->  each live worker's file, and what
-      written atomically                            exited workers counted (retained)
+    each worker                                  the master
+    graceful-health thread (greenlet: gevent)    graceful-channel thread
+      runs the app's checks every 1 s   channel    reads every worker's channel,
+      (HealthRunner), sends a HEALTH  --------->   keeps the latest record of each
+      record (never waits: a full                  kind per worker
+      channel drops it)                          graceful-health-port thread
+                                                   answers probes from the live
+                                                   workers' latest (HealthView)
+                                                 main thread
+                                                   murder_workers / reap_workers wrapped:
+                                                   each call is a tick of its loop
+      every 1 s, when changed: its      channel  at each /metrics: the master's own,
+      metrics snapshot, a METRICS  ---------->   each live worker's latest, and what
+      record; the last at exit                   exited workers counted (retained)
 
-``/metrics`` adds up the whole server: :mod:`graceful.gunicorn.metrics`.
-
-:class:`HealthChannel` is one pipe made in ``on_starting``, before the first
-fork, both ends non-blocking: every worker writes whole records, so records
-never interleave, and a full pipe drops a record rather than block a worker;
-workers close the read end. Records from a pid that is not one of Gunicorn's
-live workers are dropped, and a worker's record is forgotten once it is gone.
+Both go through the worker's one channel to its master
+(:mod:`graceful.gunicorn.channel`). ``/metrics`` adds up the whole server:
+:mod:`graceful.gunicorn.metrics`. A health record from a pid that is not one
+of Gunicorn's live workers is not counted, a worker's record is forgotten
+once its channel closes (it is gone), and a record that is not a snapshot of
+the worker that sent it is refused and logged once per worker.
 
 The master's loop has no per-loop hook; the arbiter adapter's
 :meth:`~graceful.gunicorn.adapter.arbiter.ArbiterAdapter.on_loop_tick` notes
@@ -63,21 +64,20 @@ from typing import TYPE_CHECKING
 
 from graceful.core.lifecycle import Lifecycle
 from graceful.gunicorn.adapter.arbiter import Arbiter
+from graceful.gunicorn.channel import Kind, MasterChannel, Received
 from graceful.gunicorn.metrics import ServerMetrics, WorkerMetrics
-from graceful.gunicorn.shared import WorkerFiles
 from graceful.healthport.address import HealthAddress
 from graceful.healthport.runner import HealthRunner
 from graceful.healthport.server import HealthPort, register_at_fork_weakly
 from graceful.healthport.snapshot import RecordReader, Snapshot
 from graceful.healthport.view import HealthView, Heard
 from graceful.metrics.snapshot import Snapshot as MetricsSnapshot
-from graceful.metrics.snapshot import snapshot as metrics_snapshot
 from graceful.wsgi.middleware import as_middleware
 
 if TYPE_CHECKING:
     from graceful.gunicorn.worker import WorkerShutdown
 
-__all__ = ["HealthChannel", "MasterHealth", "start_worker_health"]
+__all__ = ["MasterHealth", "start_worker_health"]
 
 logger = logging.getLogger(__name__)
 
@@ -90,51 +90,6 @@ FD_ENV = "_GRACEFUL_HEALTH_FD"
 HANDOFF_ENV = "_GRACEFUL_HEALTH_HANDOFF_FD"
 
 
-class HealthChannel:
-    """Workers -> master: whole snapshot records through one non-blocking pipe (see the module docstring)."""
-
-    def __init__(self) -> None:
-        self._read: int | None
-        self._read, self._write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        self._reader = RecordReader()
-        #: Records a worker could not write because the pipe was full (counted in that worker).
-        self.dropped = 0
-
-    def fileno(self) -> int:
-        """The read end (master)."""
-        assert self._read is not None, "the read end is the master's"
-        return self._read
-
-    def send(self, snapshot: Snapshot) -> None:
-        """Worker (its ``graceful-health`` thread): one atomic write, or nothing when the pipe is full."""
-        try:
-            os.write(self._write, snapshot.record())
-        except BlockingIOError:
-            self.dropped += 1  # the master is not reading: its own liveness says so, not this worker
-        except BrokenPipeError:
-            pass  # the master is gone; this worker is about to be told
-
-    def receive(self) -> list[Snapshot]:
-        """Master (the port's thread): every whole record waiting; a malformed one is skipped."""
-        snapshots: list[Snapshot] = []
-        while True:
-            try:
-                chunk = os.read(self.fileno(), 65536)
-            except BlockingIOError:
-                break
-            if not chunk:
-                break
-            snapshots.extend(self._reader.feed(chunk))
-        return snapshots
-
-    def forget_read_end(self) -> None:
-        """In a forked child: close the master's end."""
-        if self._read is not None:
-            with contextlib.suppress(OSError):
-                os.close(self._read)
-            self._read = None
-
-
 class MasterHealth:
     """The master's health port and what it knows; kept as ``server.graceful.health``.
 
@@ -144,13 +99,16 @@ class MasterHealth:
     :class:`~graceful.healthport.view.Sources`, on the port's thread.
     """
 
-    def __init__(self, arbiter: Arbiter, lifecycle: Lifecycle, address: HealthAddress) -> None:
+    def __init__(self, arbiter: Arbiter, lifecycle: Lifecycle, address: HealthAddress, channel: MasterChannel) -> None:
         self.arbiter = arbiter
         self.lifecycle = lifecycle
         self.address = address
         self._pid = os.getpid()
-        self.channel = HealthChannel()
-        self._heard: dict[int, Heard] = {}
+        #: The workers' channels: their latest health and metrics records.
+        self.channel = channel
+        # Each worker's latest record, decoded once: pid -> (the record, its snapshot or None).
+        self._decoded: dict[int, tuple[Received, Snapshot | None]] = {}
+        self._refused: set[int] = set()
         self._last_heard = self._tick = time.monotonic()
         timeout = arbiter.worker_timeout()
         self.liveness_bound = timeout if timeout > 0 else DEFAULT_LIVENESS_BOUND
@@ -159,7 +117,6 @@ class MasterHealth:
         )
         inherited, self._handoff_in = _inherited(arbiter, address)
         self.port = HealthPort(address, self.view, listener=inherited, passive=lambda: self._handoff_in is not None)
-        self.port.watch(self.channel.fileno(), self._on_records)
         if self._handoff_in is not None:
             self.port.watch(self._handoff_in, self._on_handoff)
         # Ours, for a USR2 child of ours: it reads end-of-file once we stop serving.
@@ -168,13 +125,13 @@ class MasterHealth:
         self._handoff_r, self._handoff_w = os.pipe()
         self._passing_on = False
         self._handed_over = False
-        #: The server's metrics for /metrics (:meth:`serve_metrics`); until then the master's own.
-        self.server_metrics: ServerMetrics | None = None
+        #: The server's metrics for /metrics: the master's, its workers', what exited workers counted.
+        self.server_metrics = ServerMetrics(lifecycle, channel)
         register_at_fork_weakly(self, after_in_child="_after_fork_in_child")
         self.port.bind(retry_in_use=True)
 
     @classmethod
-    def create(cls, arbiter: Arbiter, lifecycle: Lifecycle) -> MasterHealth | None:
+    def create(cls, arbiter: Arbiter, lifecycle: Lifecycle, channel: MasterChannel) -> MasterHealth | None:
         """The health port of ``GRACEFUL_HEALTH_BIND``, bound; None when it is off. Raises RuntimeError.
 
         Refused at start-up: an address Gunicorn's ``bind`` also uses, and any
@@ -190,15 +147,11 @@ class MasterHealth:
                     f" {bind!r}: give the health port a port of its own"
                 )
         try:
-            return cls(arbiter, lifecycle, address)
+            return cls(arbiter, lifecycle, address, channel)
         except OSError as exc:
             raise RuntimeError(f"graceful: cannot listen on GRACEFUL_HEALTH_BIND={str(address)!r}: {exc}") from None
 
     # -- main thread -------------------------------------------------------------------------
-
-    def serve_metrics(self, files: WorkerFiles) -> None:
-        """``on_starting``, before the first fork: ``/metrics`` adds up the master and the workers' ``files``."""
-        self.server_metrics = ServerMetrics(self.lifecycle, files, lambda: sorted(self.arbiter.worker_pids()))
 
     def start(self) -> None:
         """``when_ready``: note the loop's ticks, pass the port on at a re-exec, hand it over at a stop; answer."""
@@ -256,7 +209,6 @@ class MasterHealth:
     def _after_fork_in_child(self) -> None:
         if self._pid != os.getpid() and self._pid:
             self._pid = 0
-            self.channel.forget_read_end()
             self._close_handoff_write_end()
             if not self._passing_on:
                 _close(self._handoff_r)
@@ -269,17 +221,7 @@ class MasterHealth:
         _close(self._handoff_w)
         self._handoff_w = None
 
-    # -- graceful-health-port thread: records and the hand-over ----------------------------------
-
-    def _on_records(self) -> None:
-        live = self.arbiter.worker_pids()
-        now = time.monotonic()
-        for snapshot in self.channel.receive():
-            if snapshot.pid in live:
-                self._heard[snapshot.pid] = (snapshot, now)
-                self._last_heard = now
-        if self.server_metrics is not None:
-            self.server_metrics.on_workers_changed()  # fold exited workers' metrics even when nobody scrapes
+    # -- graceful-health-port thread: the hand-over ------------------------------------------------
 
     def _on_handoff(self) -> None:
         fd = self._handoff_in
@@ -300,18 +242,43 @@ class MasterHealth:
     # -- Sources of the view (the port's thread) --------------------------------------------------
 
     def heard(self) -> Sequence[Heard]:
-        """The latest snapshot of each live worker; workers that are gone are forgotten."""
+        """The latest snapshot of each live worker (its channel open, Gunicorn's live pid); the others forgotten."""
         live = self.arbiter.worker_pids()
-        for pid in [pid for pid in self._heard if pid not in live]:
-            del self._heard[pid]
-        return list(self._heard.values())
+        heard: list[Heard] = []
+        decoded: dict[int, tuple[Received, Snapshot | None]] = {}
+        for pid, received in self.channel.latest(Kind.HEALTH):
+            if pid not in live:
+                continue
+            known = self._decoded.get(pid)
+            item = known if known is not None and known[0] is received else (received, self._decode(pid, received))
+            decoded[pid] = item
+            if item[1] is not None:
+                heard.append((item[1], received.at))
+                self._last_heard = max(self._last_heard, received.at)
+        self._decoded = decoded
+        return heard
+
+    def _decode(self, pid: int, received: Received) -> Snapshot | None:
+        """Worker ``pid``'s health record; None (logged once per record) when it is not a snapshot of ``pid``."""
+        reader = RecordReader()
+        try:
+            snapshots = reader.feed(received.payload)
+        except RecursionError:  # JSON nested beyond the parser
+            snapshots = []
+        if len(snapshots) == 1 and snapshots[0].pid == pid:
+            return snapshots[0]
+        if pid not in self._refused:
+            self._refused.add(pid)
+            logger.warning("graceful: refusing worker %d's health record: not a snapshot of that worker", pid)
+        return None
 
     def booting(self) -> int:
         """Live workers that have not published yet."""
-        return len(self.arbiter.worker_pids() - set(self._heard))
+        return len(self.arbiter.worker_pids() - {pid for pid, _ in self.channel.latest(Kind.HEALTH)})
 
     def last_heard(self) -> float:
         """When a live worker last published, or when this master started."""
+        self.heard()
         return self._last_heard
 
     def master_idle(self) -> float | None:
@@ -324,8 +291,6 @@ class MasterHealth:
 
     def metrics(self) -> list[MetricsSnapshot]:
         """The master's snapshot, each live worker's latest, what exited workers counted (see .metrics)."""
-        if self.server_metrics is None:
-            return [metrics_snapshot(self.lifecycle)]
         return self.server_metrics.snapshots()
 
 
@@ -369,18 +334,17 @@ def _close(fd: int | None) -> None:
 def start_worker_health(shutdown: WorkerShutdown, lifecycle: Lifecycle) -> HealthRunner | None:
     """``post_worker_init`` (worker main thread, after graceful wrapped the app): publish to the master.
 
-    ``shutdown.health`` is this worker's copy of the master's (its pipe's write end is
-    what this worker writes to); None when the port is off. The runner also
-    leaves this worker's metrics for the master's ``/metrics`` every period
-    (:class:`~graceful.gunicorn.metrics.WorkerMetrics`), and ``worker_exit``
-    the last of them. Then a
+    Nothing when the master serves no health port (``shutdown.health_port``).
+    The runner sends each snapshot through the worker's channel, and this
+    worker's metrics for the master's ``/metrics`` every period
+    (:class:`~graceful.gunicorn.metrics.WorkerMetrics`); ``worker_exit``
+    sends the last of them. With the port off, a
     ``GRACEFUL_HEALTH_BIND`` seen only here (Flask's ``app.config``) is
     worth a warning: the master, which would serve the port, reads the
     environment alone.
     """
-    health = shutdown.health
     worker = shutdown.worker
-    if health is None:
+    if not shutdown.health_port:
         if lifecycle.config.health_bind:
             logger.warning(
                 "graceful: GRACEFUL_HEALTH_BIND=%r is set in the worker only (app.config?): the Gunicorn master,"
@@ -396,6 +360,11 @@ def start_worker_health(shutdown: WorkerShutdown, lifecycle: Lifecycle) -> Healt
         return shutdown.stopping or not worker.is_alive()
 
     # Its metrics for the master's /metrics: every period, and once more after the drain and cleanup.
-    metrics = WorkerMetrics(shutdown.shared.files, lifecycle)
+    channel = shutdown.channel
+    metrics = WorkerMetrics(channel, lifecycle)
     shutdown.at_exit.append(metrics.final)
-    return HealthRunner(lifecycle, checks, health.channel.send, stopping=stopping, every_period=metrics.publish).start()
+
+    def send(snapshot: Snapshot) -> None:
+        channel.send(Kind.HEALTH, snapshot.record())  # never waits: a full channel drops it
+
+    return HealthRunner(lifecycle, checks, send, stopping=stopping, every_period=metrics.publish).start()

@@ -2,7 +2,8 @@
 
 Every function here is a Gunicorn server hook, and each docstring says where
 Gunicorn runs it: the master (``on_starting``, ``when_ready``, ``on_reload``,
-``on_exit``) hands to :mod:`graceful.gunicorn.master`; a worker
+``pre_fork``, ``on_exit``) hands to :mod:`graceful.gunicorn.master` (``pre_fork``:
+the new worker's channel, :mod:`graceful.gunicorn.channel`); a worker
 (``post_fork``, ``post_worker_init``, ``pre_request``, ``worker_abort``,
 ``worker_exit``) to :mod:`graceful.gunicorn.worker`; the health port
 (``GRACEFUL_HEALTH_BIND``) to :mod:`graceful.gunicorn.health`, in
@@ -33,6 +34,7 @@ from graceful.core.config import ConfigError
 from graceful.core.default import default_lifecycle
 from graceful.gunicorn.adapter import attach, attached
 from graceful.gunicorn.adapter.arbiter import Arbiter, ArbiterAdapter
+from graceful.gunicorn.adapter.refusal import WorkerRefused
 from graceful.gunicorn.adapter.worker import WorkerAdapter
 from graceful.gunicorn.config import DERIVED, apply_graceful_timeout, resolve
 from graceful.gunicorn.health import start_worker_health
@@ -50,6 +52,7 @@ __all__ = [
     "post_fork",
     "post_worker_init",
     "pre_exec",
+    "pre_fork",
     "pre_request",
     "when_ready",
     "worker_abort",
@@ -105,8 +108,6 @@ def on_starting(server: Any) -> None:
     _check_settings(arbiter)
     master = MasterShutdown(arbiter, default_lifecycle)
     attach(server, master)
-    if master.health is not None:  # /metrics on the health port: the workers leave theirs beside their shutdown parts
-        master.health.serve_metrics(master.shared.files)
 
 
 def when_ready(server: Any) -> None:
@@ -136,16 +137,28 @@ def nworkers_changed(server: Any, new_value: int, old_value: int | None) -> None
         master.workers_changed(new_value, old_value)
 
 
+def pre_fork(server: Any, worker: Any) -> None:
+    """Master, main thread, just before it forks a worker: that worker's channel."""
+    _master(server).channel.before_fork()
+
+
 def post_fork(server: Any, worker: Any) -> None:
-    """Worker, main thread, just after the fork: set up the worker's own shutdown."""
+    """Worker, main thread, just after the fork: set up the worker's own shutdown on its channel."""
     master = _master(server)
+    channel = master.channel.worker_end()
+    if channel is None:
+        raise WorkerRefused(  # one line, and the master stops rather than fork worker after worker
+            "graceful: pre_fork did not run before this worker's fork: a config that defines pre_fork"
+            " must call graceful.conf.pre_fork(server, worker) from it"
+        )
     shutdown = WorkerShutdown(
         WorkerAdapter.probe(worker),
         default_lifecycle,
-        master.shared,
+        channel,
+        master.arrivals,
         master.on_signal,
         master.arbiter.workers_own_listeners(),
-        master.health,
+        master.health is not None,
     )
     attach(worker, shutdown)
 

@@ -5,7 +5,7 @@ through :class:`~graceful.gunicorn.adapter.arbiter.ArbiterAdapter`, which
 hands the main loop's SIGTERM handling to :meth:`MasterShutdown.on_term`
 (on the master's main thread):
 
-* first TERM: broadcast ShutdownInitiated to every worker (their ``/readyz``
+* first TERM: tell every worker ShutdownInitiated (their ``/readyz``
   fails, responses get ``Connection: close``), tell systemd ``STOPPING=1``,
   and start the ``graceful-shutdown`` thread, which runs the delay and the
   pre-shutdown hooks, then closes the listeners once their accept queues are
@@ -18,8 +18,12 @@ hands the main loop's SIGTERM handling to :meth:`MasterShutdown.on_term`
 * a second TERM before the hand-over: exit 1 at once.
 
 SIGINT and SIGQUIT keep Gunicorn's quick stop; HUP, TTIN, TTOU, USR1, USR2
-keep their meaning and never start the timeline (HUP and TTOU first say why
-in the workers' stop-reason slot, :mod:`graceful.gunicorn.stop_reason`).
+keep their meaning and never start the timeline (HUP and TTOU first tell the
+workers why, :mod:`graceful.gunicorn.stop_reason`).
+
+The master and each worker talk through their channel
+(:mod:`graceful.gunicorn.channel`): the facts go out as they fire, the
+workers' reports come back to one reader thread.
 
 A TERM while a USR2 peer serves the same sockets (:mod:`graceful.gunicorn.upgrade`)
 is a process stop: this master's workers stop at once (stop accepting, drain,
@@ -27,8 +31,8 @@ clean up) and it exits; no pre-shutdown hook, no delay, no readiness change,
 no systemd STOPPING=1. The last master standing runs the timeline.
 
 In ``on_exit`` (:meth:`MasterShutdown.finish`, main thread) the master merges
-its own part of the shutdown record with the parts its workers left
-(:class:`~graceful.gunicorn.shared.PartsDirectory`) and leaves the server's
+its own part of the shutdown record with the parts its workers sent
+through their channels and leaves the server's
 record: the log line, ``GRACEFUL_REPORT_FILE``, the termination message
 (:mod:`graceful.process.termination`).
 """
@@ -36,6 +40,7 @@ record: the log line, ``GRACEFUL_REPORT_FILE``, the termination message
 from __future__ import annotations
 
 import enum
+import json
 import logging
 import os
 import signal
@@ -46,10 +51,11 @@ from typing import NoReturn
 
 from graceful.core.budget import seconds_left
 from graceful.core.lifecycle import Lifecycle
-from graceful.core.record import ROLE_MASTER, part_of, record_of
+from graceful.core.record import ROLE_MASTER, ProcessPart, part_of, record_of
 from graceful.gunicorn.adapter.arbiter import Arbiter, GunicornHandler
+from graceful.gunicorn.channel import Kind, MasterChannel
 from graceful.gunicorn.health import MasterHealth
-from graceful.gunicorn.shared import SharedState
+from graceful.gunicorn.shared import ArrivalBoard
 from graceful.gunicorn.stop_reason import StopReason
 from graceful.gunicorn.upgrade import Peer, live_peer
 from graceful.process.exit import exit_process
@@ -63,6 +69,8 @@ logger = logging.getLogger(__name__)
 
 #: Upper bound (s) on waiting for the master's accept queues to empty.
 QUEUE_DRAIN_TIMEOUT = 5.0
+#: Upper bound (s) on waiting, at exit, for the last records of workers already reaped.
+PARTS_TIMEOUT = 1.0
 
 
 class _Phase(enum.Enum):
@@ -83,9 +91,12 @@ class MasterShutdown:
         # How a second signal ends the process (os._exit after flushing; a test's stand-in raises).
         self._exit = exit
         self.lifecycle = lifecycle
-        self.shared = SharedState()
+        #: Each worker's channel: the facts out, their reports in.
+        self.channel = MasterChannel()
+        #: The latest request's arrival in any worker during the shutdown.
+        self.arrivals = ArrivalBoard()
         # The adaptive delay ends on the server's quiet: every worker's arrivals.
-        lifecycle.last_arrival = self.shared.arrivals.last
+        lifecycle.last_arrival = self.arrivals.last
         self.phase = _Phase.SERVING
         self._trap: SignalTrap | None = None
         self._quick = False
@@ -94,7 +105,7 @@ class MasterShutdown:
         lifecycle.adapter = self
         lifecycle.subscribe(self.on_signal)
         #: The health port (GRACEFUL_HEALTH_BIND), bound already; None when it is off.
-        self.health = MasterHealth.create(arbiter, lifecycle)
+        self.health = MasterHealth.create(arbiter, lifecycle, self.channel)
         # The master serves no requests: its workers count and sample their own.
         lifecycle.become_master("gunicorn", arbiter.worker_class_setting())
 
@@ -112,8 +123,8 @@ class MasterShutdown:
         arbiter.on_term(self.on_term)
         if self.health is not None:
             self.health.start()
-        arbiter.before_reload(lambda: self.shared.stop_reason.write(StopReason.RELOAD))
-        arbiter.before_control_worker_kill(lambda: self.shared.stop_reason.write(StopReason.CONTROL_KILL))
+        arbiter.before_reload(lambda: self.channel.set_stop_reason(StopReason.RELOAD))
+        arbiter.before_control_worker_kill(lambda: self.channel.set_stop_reason(StopReason.CONTROL_KILL))
         self._trap = SignalTrap(lambda _signum: None, signals=(), exit=self._exit_now).start(armed=True)
         arbiter.front_os_signals((signal.SIGTERM, signal.SIGINT, signal.SIGQUIT), self._os_handler)
 
@@ -123,7 +134,7 @@ class MasterShutdown:
         Fewer workers: the ones Gunicorn stops next are scaled in.
         """
         if old is not None and new < old:
-            self.shared.stop_reason.write(StopReason.SCALE_IN)
+            self.channel.set_stop_reason(StopReason.SCALE_IN)
 
     def _os_handler(self, signum: int, frame: FrameType | None, gunicorn_handler: GunicornHandler | None) -> None:
         # Inside the OS signal handler: only read and set plain attributes, and queue.
@@ -166,7 +177,7 @@ class MasterShutdown:
             peer.pid,
         )
         self.peer = peer
-        self.shared.stop_reason.write(StopReason.UPGRADE)
+        self.channel.set_stop_reason(StopReason.UPGRADE)
         self.phase = _Phase.HANDED_OVER
         self._stop_workers()
 
@@ -256,7 +267,7 @@ class MasterShutdown:
         if lifecycle.config.send_retry_after:
             # Workers answer 429 meanwhile; each reports when its own requests are done.
             timeout = self._remaining_budget(lifecycle.config.drain_timeout)
-            drained = self.shared.drained.wait_all(self.arbiter.worker_pids, timeout)
+            drained = self.channel.wait_all(Kind.DRAINED, self.arbiter.worker_pids, timeout)
             if not drained:
                 logger.warning("graceful: not every worker drained within %gs", lifecycle.config.drain_timeout)
             lifecycle.close_listeners()
@@ -276,8 +287,8 @@ class MasterShutdown:
         arbiter = self.arbiter
         budget = self._remaining_budget(QUEUE_DRAIN_TIMEOUT)
         if arbiter.workers_own_listeners() or arbiter.listeners_shared_with_others():
-            self.shared.close_listeners.fire()
-            if not self.shared.listeners_closed.wait_all(arbiter.worker_pids, budget + 1):
+            self.channel.fire(Kind.CLOSE_LISTENERS)
+            if not self.channel.wait_all(Kind.LISTENERS_CLOSED, arbiter.worker_pids, budget + 1):
                 logger.warning("graceful: not every worker stopped listening within %gs", budget + 1)
             return
         close_after_queue_drains(arbiter.listeners(), budget)
@@ -296,20 +307,20 @@ class MasterShutdown:
     # -- any thread ---------------------------------------------------------------
 
     def on_signal(self, name: str, _at: float) -> None:
-        """Lifecycle listener (the firing thread): broadcast to workers, tell systemd."""
+        """Lifecycle listener (the firing thread): tell the workers, tell systemd."""
         if name == "ShutdownInitiated":
-            self.shared.shutdown_initiated.fire()
+            self.channel.fire(Kind.SHUTDOWN_INITIATED)
         elif name == "NotAcceptingNewRequests":
-            self.shared.not_accepting.fire()
+            self.channel.fire(Kind.NOT_ACCEPTING)
         self.arbiter.notify_systemd(f"STATUS=graceful: {name}")
 
     def finish(self) -> None:
         """``on_exit`` (main thread): every worker has drained and cleaned up; leave the shutdown record."""
         if self.phase is _Phase.SERVING:  # a quick stop (INT, QUIT): no graceful shutdown to record
-            self.shared.parts.remove()
+            self.channel.close()
             return
         if self.peer is not None:  # a process stop: the server's shutdown is the last master's to record
-            self.shared.parts.remove()
+            self.channel.close()
             logger.info("graceful: master %d stopped; pid %d serves", os.getpid(), self.peer.pid)
             return
         self.lifecycle.in_flight_requests_drained.fire()
@@ -325,9 +336,20 @@ class MasterShutdown:
 
         try:
             own = part_of(self.lifecycle, os.getpid(), ROLE_MASTER)
-            record = record_of(self.lifecycle, [own, *self.shared.parts.read_all()], __version__)
+            record = record_of(self.lifecycle, [own, *self._worker_parts()], __version__)
             leave_record(record, self.lifecycle.config)
         except Exception:  # logged: the record must never change how the server exits
             logger.exception("graceful: could not build the shutdown record")
         finally:
-            self.shared.parts.remove()
+            self.channel.close()
+
+    def _worker_parts(self) -> list[ProcessPart]:
+        """The parts the workers sent, by pid; one that is not a part is logged and skipped."""
+        parts: list[ProcessPart] = []
+        for pid, payload in self.channel.parts(PARTS_TIMEOUT):
+            try:
+                parts.append(ProcessPart.read(json.loads(payload), f"worker {pid}'s part"))
+            except (ValueError, RecursionError) as exc:  # RecordError, JSON, UTF-8; nesting
+                logger.warning("graceful: skipping a worker's part of the shutdown record: %s", exc)
+        parts.sort(key=lambda part: part.pid)
+        return parts

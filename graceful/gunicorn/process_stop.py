@@ -1,8 +1,8 @@
 """One Gunicorn worker's stop: why, since when, and the ``graceful-stop`` thread that carries it out.
 
 Runs in a worker process, every supported worker class, Gunicorn 22-27.
-A worker stops either with its server (the master's shutdown: the
-ShutdownInitiated broadcast fired before the master's TERM) or on its own,
+A worker stops either with its server (the master's shutdown: its
+ShutdownInitiated fact came through the channel before the master's TERM) or on its own,
 a *process stop*, while the server goes on serving: recycled
 (``max_requests``), replaced on HUP, removed with TTOU, stopped with its
 master while a USR2 peer serves, or killed by its timeout. A process stop
@@ -35,13 +35,13 @@ import threading
 import time
 from collections.abc import Callable
 from types import FrameType
-from typing import Any
+from typing import Any, Protocol
 
 from graceful.gunicorn.adapter.gevent import GeventServers
 from graceful.gunicorn.adapter.worker import Worker
+from graceful.gunicorn.channel import Kind
 from graceful.gunicorn.http2 import Http2Drain
 from graceful.gunicorn.recycling import GthreadStop
-from graceful.gunicorn.shared import SharedState
 from graceful.gunicorn.stop_reason import StopReason
 
 __all__ = ["ProcessStop"]
@@ -49,12 +49,22 @@ __all__ = ["ProcessStop"]
 logger = logging.getLogger(__name__)
 
 
+class MasterFacts(Protocol):
+    """What the master told this worker (:class:`~graceful.gunicorn.channel.WorkerChannel`)."""
+
+    def fired(self, kind: Kind) -> bool:
+        """True once the master sent the fact ``kind``."""
+
+    def stop_reason(self) -> StopReason:
+        """Why the master stops this worker, as it said last."""
+
+
 class ProcessStop:
     """One worker's stop; made in ``post_fork``, installed in ``post_worker_init``."""
 
-    def __init__(self, worker: Worker, shared: SharedState) -> None:
+    def __init__(self, worker: Worker, facts: MasterFacts) -> None:
         self.worker = worker
-        self.shared = shared
+        self.facts = facts
         #: Seconds the drain may take from the stop's start (the config's, once the app is loaded).
         self.drain_timeout = 0.0
         self.pid = os.getpid()
@@ -168,11 +178,11 @@ class ProcessStop:
 
     def reason_now(self) -> StopReason | None:
         """Why this worker stops, as far as it can tell now: None for the server's shutdown."""
-        if self.shared.shutdown_initiated.is_fired():
+        if self.facts.fired(Kind.SHUTDOWN_INITIATED):
             return None
         if self.term_at is None:  # no TERM: SIGQUIT/SIGINT, or the master is gone
             return StopReason.BY_MASTER
-        return self.shared.stop_reason.read()
+        return self.facts.stop_reason()
 
     def drain_time_left(self) -> float:
         """Seconds left of ``drain_timeout`` since the stop began (all of it if it has not)."""

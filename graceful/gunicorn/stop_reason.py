@@ -1,13 +1,13 @@
-"""Why a Gunicorn worker stops, for its log line: one byte the master writes, every worker reads.
+"""Why a Gunicorn worker stops, for its log line: the master says it, or the worker knows it itself.
 
 A worker that is stopped while the server goes on serving logs
 ``graceful: worker PID stopping (REASON)``. Two reasons it knows itself:
 ``recycled`` (it reached ``max_requests``) and ``timeout`` (the master's
 SIGABRT, after the worker missed its ``timeout``). The others come with a
 SIGTERM from the master, which looks the same in every case; so the master
-(main thread) writes the reason into a one-byte slot in memory it shares
-with its workers just before it acts, and a worker reads it after its TERM
-(its ``graceful-stop`` thread):
+(main thread) sends the reason to every worker through their channel
+(:mod:`graceful.gunicorn.channel`, a ``STOP_REASON`` fact) just before it
+acts, and a worker reads it after its TERM (its ``graceful-stop`` thread):
 
 ``reload``
     HUP: Gunicorn's ``reload()`` starts new workers, then stops the old ones.
@@ -21,22 +21,19 @@ with its workers just before it acts, and a worker reads it after its TERM
 
 ``scale-in`` also comes from the control socket's ``worker remove``.
 
-Anything else (nothing written yet: WINCH, a TERM sent to a worker by hand)
-reads as ``stopped by the master``. The slot is never cleared: each TERM
-follows the write that explains it, and a late reader must not see it
-cleared under it. The server's own shutdown needs no slot: a worker sees
-the ShutdownInitiated broadcast (:mod:`graceful.gunicorn.shared`).
-
-The slot is an anonymous shared ``mmap`` made before the first fork (in
-``on_starting``); one writer, one byte, so no lock. Gunicorn 22-27 alike.
+Anything else (nothing sent yet: WINCH, a TERM sent to a worker by hand)
+reads as ``stopped by the master``. The reason is never cleared: each TERM
+follows the record that explains it (the record is in the worker's end of
+the channel before the signal is sent), and a worker forked later gets the
+latest as one of its first records. The server's own shutdown needs no
+reason: a worker has the ShutdownInitiated fact by then.
 """
 
 from __future__ import annotations
 
 import enum
-import mmap
 
-__all__ = ["StopReason", "StopReasonSlot"]
+__all__ = ["SENT_BY_MASTER", "StopReason"]
 
 
 class StopReason(str, enum.Enum):
@@ -51,30 +48,7 @@ class StopReason(str, enum.Enum):
     TIMEOUT = "timeout"
 
 
-# The reasons the master writes, by their byte; byte 0 (nothing written) is BY_MASTER.
-_WRITTEN = (
-    StopReason.BY_MASTER,
-    StopReason.RELOAD,
-    StopReason.SCALE_IN,
-    StopReason.UPGRADE,
-    StopReason.CONTROL_KILL,
+#: The reasons the master sends; the others a worker knows itself.
+SENT_BY_MASTER = frozenset(
+    {StopReason.BY_MASTER, StopReason.RELOAD, StopReason.SCALE_IN, StopReason.UPGRADE, StopReason.CONTROL_KILL}
 )
-
-
-class StopReasonSlot:
-    """One byte shared by the master (writes) and its forked workers (read)."""
-
-    def __init__(self) -> None:
-        # Anonymous and MAP_SHARED (mmap's default): the forked workers see every later write.
-        self._byte = mmap.mmap(-1, 1)
-
-    def write(self, reason: StopReason) -> None:
-        """Master, main thread: say why the workers it stops next are stopped."""
-        if reason not in _WRITTEN:
-            raise ValueError(f"the master does not write {reason.value!r}: a worker knows it itself")
-        self._byte[0] = _WRITTEN.index(reason)
-
-    def read(self) -> StopReason:
-        """Worker, any thread: the reason the master wrote last (``stopped by the master`` if none)."""
-        code = self._byte[0]
-        return _WRITTEN[code] if code < len(_WRITTEN) else StopReason.BY_MASTER

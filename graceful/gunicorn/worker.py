@@ -9,8 +9,9 @@ from the master with a copy of ``graceful.default_lifecycle``:
   its monkey-patching): the budget is checked with the app's own cleanup
   tasks, a gevent worker is prepared (:mod:`.adapter.gevent`), the app is
   wrapped in :class:`GracefulMiddleware`, post-start hooks start, the
-  ``graceful-watch`` thread waits for the master's broadcasts to fire the
-  worker's own ShutdownInitiated and NotAcceptingNewRequests, and the
+  ``graceful-watch`` thread waits for the master's facts on the worker's
+  channel (:mod:`.channel`) to fire the worker's own ShutdownInitiated and
+  NotAcceptingNewRequests, and the
   worker's stop is taken over (:mod:`.process_stop`; gthread:
   :mod:`.recycling`);
 * ``pre_request`` (a request thread): ``Connection: close`` once shutdown
@@ -18,7 +19,7 @@ from the master with a copy of ``graceful.default_lifecycle``:
 * ``worker_abort`` (inside the SIGABRT handler, the worker's timeout): noted;
 * ``worker_exit`` (worker main thread, after Gunicorn stopped accepting, on
   every exit): wait for the in-flight requests (bounded by drain_timeout),
-  run the cleanup tasks, leave this worker's part of the shutdown record for
+  run the cleanup tasks, send this worker's part of the shutdown record to
   the master (in a server shutdown; a process stop only logs it, at DEBUG),
   exit. The server's shutdown logs the lifecycle's signals; a process stop
   (recycled, HUP, TTOU, upgrade, timeout) logs the worker's own lines. It
@@ -35,7 +36,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from graceful.core.budget import graceful_timeout_problem
 from graceful.core.config import ConfigError
@@ -44,17 +45,15 @@ from graceful.core.record import ROLE_WORKER, part_of
 from graceful.core.stats import REASON_REFUSED_STREAM
 from graceful.gunicorn.adapter.refusal import WorkerRefused
 from graceful.gunicorn.adapter.worker import Worker
+from graceful.gunicorn.channel import REPORT_TIMEOUT, Kind, WorkerChannel
 from graceful.gunicorn.config import refusal
 from graceful.gunicorn.http2 import Http2Drain
 from graceful.gunicorn.process_stop import ProcessStop
 from graceful.gunicorn.recycling import GthreadStop
-from graceful.gunicorn.shared import SharedState
+from graceful.gunicorn.shared import ArrivalBoard
 from graceful.gunicorn.stop_reason import StopReason
 from graceful.process.sockets import close_after_queue_drains
 from graceful.wsgi.middleware import GracefulMiddleware
-
-if TYPE_CHECKING:
-    from graceful.gunicorn.health import MasterHealth
 
 #: Upper bound (s) on waiting for a worker's own accept queue to empty (reuse_port).
 QUEUE_DRAIN_TIMEOUT = 5.0
@@ -79,26 +78,28 @@ class WorkerShutdown:
         self,
         worker: Worker,
         lifecycle: Lifecycle,
-        shared: SharedState,
+        channel: WorkerChannel,
+        arrivals: ArrivalBoard,
         master_listener: SignalListener,
         own_listeners: bool = False,
-        health: MasterHealth | None = None,
+        health_port: bool = False,
     ) -> None:
         self.worker = worker
-        #: This worker's copy of the master's health port: the pipe its records go to (None: the port is off).
-        self.health = health
+        #: True when the master serves a health port: this worker sends it health and metrics records.
+        self.health_port = health_port
         #: True when this worker bound its listeners itself (reuse_port, Gunicorn 24+).
         self.own_listeners = own_listeners
         self.pid = os.getpid()
         self.lifecycle = lifecycle
-        self.shared = shared
+        #: This worker's end of its channel to the master.
+        self.channel = channel
         lifecycle.become_worker(_IN_WORKER)
         # Arrivals during the shutdown go on the server's board too: the master's adaptive delay reads it.
-        lifecycle.stats.publish_arrivals(shared.arrivals.slot)
-        # The master's reaction to signals (broadcasts, systemd) came along in the fork copy.
+        lifecycle.stats.publish_arrivals(arrivals.slot)
+        # The master's reaction to signals (its facts to the workers, systemd) came along in the fork copy.
         lifecycle.unsubscribe(master_listener)
         #: Why and since when this worker stops (see graceful.gunicorn.process_stop).
-        self.stop = ProcessStop(worker, shared)
+        self.stop = ProcessStop(worker, channel)
         self.stop.on_begin = self._drain_begins
         self.stop.note_early_term()
         #: Set by ``worker_abort`` (inside the SIGABRT handler): the master killed it for its timeout.
@@ -135,6 +136,7 @@ class WorkerShutdown:
         if self.kind == "gevent":
             # First: the lifecycle's events and locks must be cooperative before anything uses them.
             lifecycle.renew_after_patch()
+            self.channel.renew_after_patch()
         gevent = worker.gevent_servers()
         worker.wrap_app(lambda app: GracefulMiddleware(app, lifecycle))
         lifecycle.resume_after_fork()  # forked during the delay: its sampler, now that threads may start
@@ -169,24 +171,23 @@ class WorkerShutdown:
         return drain
 
     def _watch(self) -> None:
-        """Thread ``graceful-watch``: mirror the master's broadcasts into this worker's lifecycle."""
+        """Thread ``graceful-watch``: mirror the master's facts into this worker's lifecycle."""
         lifecycle = self.lifecycle
-        pending = [
-            (self.shared.shutdown_initiated, lifecycle.shutdown_initiated),
-            (self.shared.not_accepting, lifecycle.not_accepting_new_requests),
-        ]
-        while pending:
-            broadcast, local = pending[0]
-            if broadcast.is_fired(timeout=1.0):
-                local.fire()
-                pending.pop(0)
+        channel = self.channel
+        for fact, local in (
+            (Kind.SHUTDOWN_INITIATED, lifecycle.shutdown_initiated),
+            (Kind.NOT_ACCEPTING, lifecycle.not_accepting_new_requests),
+        ):
+            while not channel.wait_for(fact, timeout=1.0):
+                pass
+            local.fire()
         if lifecycle.config.send_retry_after:
             # The master keeps the listeners open until every worker says it drained.
             lifecycle.drain_in_flight(lifecycle.config.drain_timeout)
-            self.shared.drained.report(self.pid)
+            channel.send(Kind.DRAINED, timeout=REPORT_TIMEOUT)
         # The master says so when it cannot stop the listening itself (reuse_port, or listeners
         # shared with another master); otherwise it never does, and this daemon thread waits on.
-        while not self.shared.close_listeners.is_fired(timeout=1.0):
+        while not channel.wait_for(Kind.CLOSE_LISTENERS, timeout=1.0):
             pass
         if self.own_listeners:
             # Nobody else accepts on them: close them once their queues are empty.
@@ -195,7 +196,7 @@ class WorkerShutdown:
             self.stop.stop_accepting()
             # Let the connections it has just accepted send their request before it reports.
             time.sleep(ACCEPTED_SETTLE)
-        self.shared.listeners_closed.report(self.pid)
+        channel.send(Kind.LISTENERS_CLOSED, timeout=REPORT_TIMEOUT)
 
     @property
     def stopping(self) -> bool:
@@ -262,7 +263,11 @@ class WorkerShutdown:
         logger.info("graceful: worker %d stopped (%s)", self.pid, stop.reason.value)
 
     def _leave_part(self) -> None:
-        """This worker's part of the shutdown record: for the master in a server shutdown, else a DEBUG line."""
+        """This worker's part of the shutdown record: to the master in a server shutdown, else a DEBUG line.
+
+        Sent before the worker exits, waiting (bounded) for room: the master
+        reads this worker's channel to its end before it builds the record.
+        """
         lifecycle = self.lifecycle
         try:
             part = part_of(lifecycle, self.pid, ROLE_WORKER)
@@ -271,9 +276,10 @@ class WorkerShutdown:
         except Exception:  # logged: the record must never change how the worker exits
             logger.exception("graceful: worker %d could not build its part of the shutdown record", self.pid)
             return
-        # The server's stop as the stop saw it (the master's broadcast): the watch thread may not have mirrored it yet.
+        # The server's stop as the stop saw it (the master's fact): the watch thread may not have mirrored it yet.
         if self.stop.server_stop or lifecycle.shutdown_initiated.is_set():
-            self.shared.parts.write(self.pid, part)
+            if not self.channel.send_json(Kind.PART, part.to_json(), timeout=REPORT_TIMEOUT):
+                logger.warning("graceful: worker %d could not send its part of the shutdown record", self.pid)
         elif logger.isEnabledFor(logging.DEBUG):
             logger.debug("graceful: worker %d stopped on its own: %s", self.pid, json.dumps(part.to_json()))
 

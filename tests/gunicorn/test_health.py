@@ -19,9 +19,9 @@ import pytest
 from graceful.core.config import Config
 from graceful.core.lifecycle import Lifecycle
 from graceful.gunicorn.adapter.arbiter import ArbiterAdapter
-from graceful.gunicorn.health import FD_ENV, HANDOFF_ENV, HealthChannel, MasterHealth, start_worker_health
+from graceful.gunicorn.channel import Kind, MasterChannel, WorkerChannel
+from graceful.gunicorn.health import FD_ENV, HANDOFF_ENV, MasterHealth, start_worker_health
 from graceful.gunicorn.metrics import WorkerMetrics
-from graceful.gunicorn.shared import WorkerFiles
 from graceful.healthport.snapshot import Snapshot
 from graceful.wsgi.health import CheckResult
 from graceful.wsgi.replies import NO_METRICS
@@ -66,20 +66,41 @@ def lifecycle_with(health_bind: str = "127.0.0.1:0") -> Lifecycle:
     return Lifecycle(Config(health_bind=health_bind, expose_check_errors=True))
 
 
+#: The workers' ends of each test's channels, by (master's channel, pid).
+_WORKERS: dict[tuple[int, int], WorkerChannel] = {}
+
+
 @pytest.fixture
 def made() -> Iterator[list[MasterHealth]]:
-    """MasterHealth objects of a test; their ports are closed at the end."""
+    """MasterHealth objects of a test; their ports and channels (both ends) are closed at the end."""
     built: list[MasterHealth] = []
     yield built
     for health in built:
         health.port.close()
+        health.channel.close()
+    for channel in _WORKERS.values():
+        channel.close()
+    _WORKERS.clear()
 
 
 def create(made: list[MasterHealth], server: Arbiter, lifecycle: Lifecycle | None = None) -> MasterHealth:
-    health = MasterHealth.create(ArbiterAdapter(server), lifecycle or lifecycle_with())
+    health = MasterHealth.create(ArbiterAdapter(server), lifecycle or lifecycle_with(), MasterChannel())
     assert health is not None
     made.append(health)
     return health
+
+
+def worker(health: MasterHealth, pid: int) -> WorkerChannel:
+    """Worker ``pid``'s end of its channel to ``health``'s master (one per pid and master)."""
+    key = (id(health.channel), pid)
+    if key not in _WORKERS:
+        _WORKERS[key] = health.channel.connect(pid)
+    return _WORKERS[key]
+
+
+def send(health: MasterHealth, record: Snapshot, pid: int | None = None) -> None:
+    """Worker ``pid`` (the record's own by default) sends ``record`` as its graceful-health thread does."""
+    assert worker(health, record.pid if pid is None else pid).send(Kind.HEALTH, record.record())
 
 
 def snapshot(pid: int, *, ready: bool = True, stopping: bool = False) -> Snapshot:
@@ -99,45 +120,19 @@ def eventually(predicate: Any, timeout: float = SOON) -> bool:
     return True
 
 
-class TestHealthChannel:
-    """One non-blocking pipe: whole records in, snapshots out; a full pipe drops instead of blocking."""
-
-    def test_records_arrive_whole(self) -> None:
-        """Records written by "workers" come out as the snapshots sent, in order."""
-        channel = HealthChannel()
-        channel.send(snapshot(1))
-        channel.send(snapshot(2, ready=False))
-        assert channel.receive() == [snapshot(1), snapshot(2, ready=False)]
-        assert channel.receive() == []
-
-    def test_a_full_pipe_drops_the_record(self) -> None:
-        """When nobody reads, writes stop blocking nothing: records are dropped and counted."""
-        channel = HealthChannel()
-        for _ in range(5000):  # far more than a pipe's 64 KiB
-            channel.send(snapshot(1))
-        assert channel.dropped > 0
-        assert all(s == snapshot(1) for s in channel.receive())
-
-    def test_forget_read_end(self) -> None:
-        """A child closes the master's read end; sending still works (the master reads)."""
-        channel = HealthChannel()
-        read = channel.fileno()
-        channel.forget_read_end()
-        with pytest.raises(OSError):
-            os.fstat(read)
-
-
 class TestCreate:
     """MasterHealth.create: off, refused addresses, binding at start-up."""
 
     def test_off_by_default(self) -> None:
         """Without GRACEFUL_HEALTH_BIND there is no health port."""
-        assert MasterHealth.create(ArbiterAdapter(Arbiter()), Lifecycle(Config())) is None
+        assert MasterHealth.create(ArbiterAdapter(Arbiter()), Lifecycle(Config()), MasterChannel()) is None
 
     def test_gunicorns_own_port_is_refused(self) -> None:
         """The health port on one of Gunicorn's bind ports is a start-up error naming both."""
         with pytest.raises(RuntimeError) as caught:
-            MasterHealth.create(ArbiterAdapter(Arbiter(bind=("0.0.0.0:8081",))), lifecycle_with("127.0.0.1:8081"))
+            MasterHealth.create(
+                ArbiterAdapter(Arbiter(bind=("0.0.0.0:8081",))), lifecycle_with("127.0.0.1:8081"), MasterChannel()
+            )
         assert str(caught.value) == (
             "graceful: GRACEFUL_HEALTH_BIND='127.0.0.1:8081' is also in Gunicorn's bind '0.0.0.0:8081':"
             " give the health port a port of its own"
@@ -146,7 +141,7 @@ class TestCreate:
     def test_an_address_that_cannot_be_bound_is_refused(self) -> None:
         """An address not of this machine stops start-up with the error."""
         with pytest.raises(RuntimeError, match=r"cannot listen on GRACEFUL_HEALTH_BIND='192\.0\.2\.1:8081'"):
-            MasterHealth.create(ArbiterAdapter(Arbiter()), lifecycle_with("192.0.2.1:8081"))
+            MasterHealth.create(ArbiterAdapter(Arbiter()), lifecycle_with("192.0.2.1:8081"), MasterChannel())
 
     def test_liveness_bound_is_gunicorns_timeout(self, made: list[MasterHealth]) -> None:
         """The bound is Gunicorn's timeout, or 30 s when the timeout is off."""
@@ -163,9 +158,8 @@ class TestAggregation:
         server.WORKERS = {11: object(), 12: object()}
         health = create(made, server)
         for record in (snapshot(11, ready=False), snapshot(11), snapshot(99)):
-            health.channel.send(record)
-        health._on_records()
-        assert [s for s, _ in health.heard()] == [snapshot(11)]
+            send(health, record)
+        assert eventually(lambda: [s for s, _ in health.heard()] == [snapshot(11)])
         assert health.booting() == 1
 
     def test_gone_workers_are_forgotten(self, made: list[MasterHealth]) -> None:
@@ -173,10 +167,37 @@ class TestAggregation:
         server = Arbiter()
         server.WORKERS = {11: object()}
         health = create(made, server)
-        health.channel.send(snapshot(11))
-        health._on_records()
+        send(health, snapshot(11))
+        assert eventually(lambda: len(health.heard()) == 1)
         del server.WORKERS[11]
         assert health.heard() == [] and health.booting() == 0
+
+    def test_a_closed_channel_is_a_gone_worker(self, made: list[MasterHealth]) -> None:
+        """A worker whose channel reached end-of-file (it exited) no longer counts, before Gunicorn reaps it."""
+        server = Arbiter()
+        server.WORKERS = {11: object()}
+        health = create(made, server)
+        send(health, snapshot(11))
+        assert eventually(lambda: len(health.heard()) == 1)
+        worker(health, 11).close()
+        assert eventually(lambda: health.heard() == [])
+
+    def test_a_record_not_of_its_sender_is_refused_once(
+        self, made: list[MasterHealth], caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """Worker 11 sending worker 12's snapshot, or bytes that are no snapshot: refused, one warning per worker."""
+        server = Arbiter()
+        server.WORKERS = {11: object(), 12: object()}
+        health = create(made, server)
+        send(health, snapshot(12), pid=11)
+        assert eventually(lambda: health.channel.latest(Kind.HEALTH) != [])
+        assert health.heard() == []
+        assert worker(health, 11).send(Kind.HEALTH, b"\x00\x05[[[[[")
+        assert eventually(lambda: health.channel.latest(Kind.HEALTH)[0][1].payload.startswith(b"\x00"))
+        assert health.heard() == []
+        send(health, snapshot(12))
+        assert eventually(lambda: [s for s, _ in health.heard()] == [snapshot(12)])
+        assert len([r for r in caplog.records if "refusing worker 11's health record" in r.getMessage()]) == 1
 
     def test_answers_over_http(self, made: list[MasterHealth]) -> None:
         """Started, the port answers from the records: ready once one worker is, with a warn: for the other."""
@@ -187,8 +208,8 @@ class TestAggregation:
         assert probe(health, "/readyz?verbose")[1].splitlines()[1] == (
             "[-]workers-ready failed: no ready worker (2 booting)"
         )
-        health.channel.send(snapshot(11, ready=False))
-        health.channel.send(snapshot(12))
+        send(health, snapshot(11, ready=False))
+        send(health, snapshot(12))
         assert eventually(lambda: probe(health, "/readyz")[0] == 200)
         assert "warn: db failing in 1 of 2 workers" in probe(health, "/readyz?verbose")[1]
 
@@ -204,10 +225,10 @@ class TestAggregation:
 
 
 class TestMetrics:
-    """/metrics on the master's port: its own snapshot, then the workers' files once serve_metrics() was called."""
+    """/metrics on the master's port: its own snapshot, its workers' latest, what exited workers counted."""
 
-    def test_the_masters_own_before_serve_metrics(self, made: list[MasterHealth]) -> None:
-        """Without the workers' directory, /metrics is the master's lifecycle (its health-port probes)."""
+    def test_the_masters_own_without_workers(self, made: list[MasterHealth]) -> None:
+        """Without workers, /metrics is the master's lifecycle (its health-port probes)."""
         health = create(made, Arbiter())
         health.start()
         assert eventually(lambda: probe(health, "/livez")[0] == 200)
@@ -215,27 +236,24 @@ class TestMetrics:
         assert status == 200
         assert sample(figures(body), "graceful_healthchecks_total", name="ping", type="livez", status="success") >= 1
 
-    def test_the_workers_files_and_the_retained_total(self, made: list[MasterHealth]) -> None:
-        """A live worker's file counts; once it is reaped its counters stay; a record from a worker folds it."""
+    def test_the_workers_latest_and_the_retained_total(self, made: list[MasterHealth]) -> None:
+        """A live worker's latest counts; once its channel closes (it exited) its counters stay in the total."""
         server = Arbiter()
         server.WORKERS = {11: object()}
-        files = WorkerFiles()
-        try:
-            health = create(made, server)
-            health.serve_metrics(files)
-            health.start()
-            worker = Lifecycle(Config())
-            worker.stats.rejected("max_in_flight")
-            metrics = WorkerMetrics(files, worker, pid=11)
-            metrics.final()
-            assert sample(figures(probe(health, "/metrics")[1]), REJECTED, reason="max_in_flight") == 1
-            del server.WORKERS[11]
-            server.WORKERS[12] = object()
-            health.channel.send(snapshot(12))  # the port's thread looks at the workers again: 11 is folded
-            assert eventually(lambda: files.names("metrics-") == [])
-            assert sample(figures(probe(health, "/metrics")[1]), REJECTED, reason="max_in_flight") == 1
-        finally:
-            files.remove()
+        health = create(made, server)
+        health.start()
+        lifecycle = Lifecycle(Config())
+        lifecycle.stats.rejected("max_in_flight")
+        WorkerMetrics(worker(health, 11), lifecycle).final()
+
+        def rejected() -> float:
+            return sample(figures(probe(health, "/metrics")[1]), REJECTED, reason="max_in_flight")
+
+        assert eventually(lambda: rejected() == 1)
+        worker(health, 11).close()
+        del server.WORKERS[11]
+        assert eventually(lambda: health.channel.latest(Kind.METRICS) == [])
+        assert rejected() == 1
 
     def test_404_without_prometheus_client(
         self, made: list[MasterHealth], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
@@ -317,7 +335,7 @@ class TestHandOver:
         assert FD_ENV not in os.environ and HANDOFF_ENV not in os.environ
         assert old.port.listener is not None and new.port.listener is not None
         assert new.port.listener.getsockname() == old.port.listener.getsockname()
-        new.channel.send(snapshot(21))
+        send(new, snapshot(21))
         assert probe(new, "/livez")[0] == 200
         assert (old.port.stats.answered, new.port.stats.accepted) == (1, 0)  # the old master answered it
         old_lifecycle.initiate_shutdown()  # its TERM: hand over
@@ -347,8 +365,8 @@ class TestHandOver:
 
 
 def no_health_port() -> Any:
-    """A worker's shutdown part whose master has no health port (``health`` None)."""
-    return SimpleNamespace(health=None, worker=None)
+    """A worker's shutdown part whose master has no health port."""
+    return SimpleNamespace(health_port=False, worker=None)
 
 
 class TestWorkerSide:

@@ -25,6 +25,7 @@ from graceful.core.lifecycle import Lifecycle
 from graceful.gunicorn import hooks
 from graceful.gunicorn.adapter import attached
 from graceful.gunicorn.adapter.refusal import WorkerRefused
+from graceful.gunicorn.channel import Kind
 from graceful.gunicorn.master import MasterShutdown
 from graceful.gunicorn.stop_reason import StopReason
 from graceful.gunicorn.worker import WorkerShutdown
@@ -54,8 +55,10 @@ def process() -> Iterator[list[Any]]:
     for thing in made:
         state = attached(thing)
         if isinstance(state, MasterShutdown):
-            state.shared.close_listeners.fire()  # ends the workers' watch threads
-            state.shared.parts.remove()
+            state.channel.fire(Kind.CLOSE_LISTENERS)  # ends the workers' watch threads
+            state.channel.close()
+        if isinstance(state, WorkerShutdown):
+            state.channel.close()
         if hasattr(thing, "tmp"):
             thing.tmp.close()
     for signum, handler in handlers.items():
@@ -82,6 +85,7 @@ def forked(made: list[Any], arbiter: Any, loading: Callable[[], object] = lambda
     ``loading()`` is what the app's import does, such as configuring the lifecycle)."""
     worker = SyncWorker(1, os.getpid(), [], arbiter.app, arbiter.timeout, arbiter.cfg, arbiter.log)
     made.append(worker)
+    hooks.pre_fork(arbiter, worker)  # no fork between: the worker's end stays in this process
     hooks.post_fork(arbiter, worker)
     loading()
     worker.wsgi = app
@@ -213,15 +217,16 @@ class TestMasterHooks:
         hooks.nworkers_changed(object(), 2, None)  # Gunicorn's setup, before graceful's part exists
         arbiter = started(process)
         hooks.nworkers_changed(arbiter, 1, 2)
-        assert attached(arbiter).shared.stop_reason.read() is StopReason.SCALE_IN
+        assert attached(arbiter).channel.stop_reason is StopReason.SCALE_IN
 
     def test_on_exit_after_a_quick_stop_records_nothing(self, lifecycle: Lifecycle, process: list[Any]) -> None:
-        """on_exit with no graceful shutdown begun (INT, QUIT): the shared directory goes, no record."""
+        """on_exit with no graceful shutdown begun (INT, QUIT): the channel closes, no record."""
         arbiter = started(process)
         master = attached(arbiter)
+        worker = forked(process, arbiter)
         hooks.pre_exec(arbiter)  # the health port is off: nothing to pass on
         hooks.on_exit(arbiter)
-        assert not os.path.exists(master.shared.files.path)
+        assert master.channel.latest(Kind.HEALTH) == [] and attached(worker).channel.send(Kind.DRAINED) is False
 
 
 class TestWorkerHooks:
@@ -255,6 +260,14 @@ class TestWorkerHooks:
         )
         assert isinstance(worker.wsgi, GracefulMiddleware)
         assert lifecycle.admission.limit == 3
+
+    def test_post_fork_without_pre_fork_names_the_fix(self, lifecycle: Lifecycle, process: list[Any]) -> None:
+        """A config whose own pre_fork does not call graceful's: the worker fails to boot, saying what to call."""
+        arbiter = started(process)
+        worker = SyncWorker(1, os.getpid(), [], arbiter.app, arbiter.timeout, arbiter.cfg, arbiter.log)
+        process.append(worker)
+        with pytest.raises(WorkerRefused, match=r"must call graceful\.conf\.pre_fork\(server, worker\) from it$"):
+            hooks.post_fork(arbiter, worker)
 
     def test_pre_request_asks_for_close_once_shutting_down(self, lifecycle: Lifecycle, process: list[Any]) -> None:
         """pre_request: Connection: close from ShutdownInitiated on."""

@@ -23,6 +23,7 @@ from graceful.core.config import Config
 from graceful.core.delay import QUIET_MIN, DelayEnd
 from graceful.core.lifecycle import Lifecycle
 from graceful.core.record import ROLE_WORKER, part_of
+from graceful.gunicorn.channel import Kind
 from graceful.gunicorn.master import MasterShutdown
 from graceful.gunicorn.stop_reason import StopReason
 from graceful.testing import FakeClock, SignalRecorder
@@ -54,11 +55,11 @@ class ExitRecorder:
 
 @pytest.fixture
 def made() -> Iterator[list[MasterShutdown]]:
-    """The masters a test makes; their shared directories are removed at the end."""
+    """The masters a test makes; their channels are closed at the end."""
     masters: list[MasterShutdown] = []
     yield masters
     for master in masters:
-        master.shared.parts.remove()
+        master.channel.close()
 
 
 def master_of(
@@ -103,7 +104,7 @@ class TestFirstTerm:
         assert arbiter.term() is False  # Gunicorn's loop goes on: workers keep serving through the delay
         assert lifecycle.shutdown_initiated.is_set()
         assert arbiter.systemd[0] == "STOPPING=1"
-        assert master.shared.shutdown_initiated.is_fired()
+        assert master.channel.fired(Kind.SHUTDOWN_INITIATED)
         assert "kill SIGTERM" not in arbiter.calls
 
     def test_hands_over_after_the_delay_then_stops_the_workers(self, made: list[MasterShutdown]) -> None:
@@ -114,7 +115,7 @@ class TestFirstTerm:
         recorder.assert_order(MASTER_ORDER)
         delay = recorder.time_of("AfterShutdownDelayDuration") - recorder.time_of("ShutdownInitiated")
         assert delay == pytest.approx(5.0)
-        assert master.shared.not_accepting.is_fired()
+        assert master.channel.fired(Kind.NOT_ACCEPTING)
         assert arbiter.calls.count("wake") == 1
         assert arbiter.calls[-1] == "kill SIGTERM" and not arbiter.workers
 
@@ -127,7 +128,7 @@ class TestFirstTerm:
         master = MasterShutdown(arbiter, lifecycle, exit=cast("type[NoReturn]", ExitRecorder()))
         made.append(master)
         master.install()
-        master.shared.arrivals.slot[0] = lifecycle.clock.now() + 0.4  # a worker's arrival, as the delay reads it
+        master.arrivals.slot[0] = lifecycle.clock.now() + 0.4  # a worker's arrival, as the delay reads it
         shut_down(arbiter)
         delay = recorder.time_of("AfterShutdownDelayDuration") - recorder.time_of("ShutdownInitiated")
         assert delay == pytest.approx(0.4 + QUIET_MIN)
@@ -199,14 +200,13 @@ class TestSecondSignal:
     def test_a_term_while_the_workers_drain_exits_1(self, made: list[MasterShutdown]) -> None:
         """After the hand-over Gunicorn's stop() would drop a TERM: graceful's trap exits 1 instead."""
         arbiter = FakeArbiter(exit_on=(signal.SIGKILL,))  # the workers are still draining
-        master, _, _, exits = master_of(made, arbiter)
+        _, _, _, exits = master_of(made, arbiter)
         assert arbiter.term() is False
         assert arbiter.woken.wait(SOON)
         arbiter.os_signal(signal.SIGTERM)  # as the OS handler runs it: queued for the trap's thread
         assert exits.called.wait(SOON)
         assert exits.codes == [1] and "kill SIGKILL" in arbiter.calls
         assert arbiter.gunicorn_os_signals == []  # never reached Gunicorn, which would drop it
-        master.shared.parts.remove()
 
     def test_int_while_the_workers_drain_is_gunicorns_quick_stop(self, made: list[MasterShutdown]) -> None:
         """SIGINT (or QUIT) during the workers' drain: passed to Gunicorn, and the workers get QUIT."""
@@ -296,8 +296,8 @@ class TestNotAServerShutdown:
         arbiter = FakeArbiter()
         master, _, recorder, _ = master_of(made, arbiter)
         getattr(arbiter, operation)()
-        assert master.shared.stop_reason.read() is reason
-        assert recorder.names == [] and not master.shared.shutdown_initiated.is_fired()
+        assert master.channel.stop_reason is reason
+        assert recorder.names == [] and not master.channel.fired(Kind.SHUTDOWN_INITIATED)
 
     @pytest.mark.parametrize(("new", "old", "reason"), [(1, 2, StopReason.SCALE_IN), (3, 2, StopReason.BY_MASTER)])
     def test_fewer_workers_are_a_scale_in(
@@ -306,7 +306,7 @@ class TestNotAServerShutdown:
         """TTOU or the control socket's worker remove (num_workers lowered) is a scale-in; TTIN says nothing."""
         master, _, recorder, _ = master_of(made, FakeArbiter())
         master.workers_changed(new, old)
-        assert master.shared.stop_reason.read() is reason and recorder.names == []
+        assert master.channel.stop_reason is reason and recorder.names == []
 
     @pytest.mark.parametrize(("successor", "predecessor"), [(4242, 0), (0, os.getppid())])
     def test_term_with_a_live_usr2_peer_stops_only_this_masters_workers(
@@ -321,7 +321,7 @@ class TestNotAServerShutdown:
             assert arbiter.term() is True  # Gunicorn halts at once: its stop closes only this master's copies
             master.finish()
         assert arbiter.calls == ["front SIGTERM SIGINT SIGQUIT", "reap", "kill SIGTERM"]
-        assert master.shared.stop_reason.read() is StopReason.UPGRADE
+        assert master.channel.stop_reason is StopReason.UPGRADE
         assert recorder.names == [] and ran == [] and arbiter.systemd == []
         assert f"pid {successor or predecessor} serves" in caplog.text
 
@@ -331,17 +331,20 @@ class TestRetryAfterMode:
         """send_retry_after: the master keeps listening until each live worker reports; one that died is not awaited."""
         arbiter = FakeArbiter(workers=(11, 12, 13))
         master, _, recorder, _ = master_of(made, arbiter, Config(shutdown_delay=1, send_retry_after=True))
+        channels = {pid: master.channel.connect(pid) for pid in (11, 12, 13)}
 
         def workers_drain() -> None:
-            assert master.shared.not_accepting.is_fired(timeout=SOON)
-            master.shared.drained.report(11)
+            assert channels[11].wait_for(Kind.NOT_ACCEPTING, SOON)
+            assert channels[11].send(Kind.DRAINED, timeout=SOON)
             arbiter.workers.discard(12)  # died during the drain
-            master.shared.drained.report(13)
+            assert channels[13].send(Kind.DRAINED, timeout=SOON)
 
         reporter = threading.Thread(target=workers_drain)
         reporter.start()
         shut_down(arbiter)
         reporter.join(SOON)
+        for channel in channels.values():
+            channel.close()
         names = recorder.names
         assert names.index("NotAcceptingNewRequests") < names.index("HTTPServerStoppedListening")
 
@@ -351,16 +354,19 @@ class TestListenersSharedWithOthers:
         """Sockets another process also serves (systemd, fd://, a USR2 peer) stay open: workers stop accepting."""
         arbiter = FakeArbiter(shared_listeners=True)
         master, _, recorder, _ = master_of(made, arbiter)
+        channels = [master.channel.connect(pid) for pid in (11, 12)]
 
         def workers_report() -> None:
-            assert master.shared.close_listeners.is_fired(timeout=SOON)
-            for pid in (11, 12):
-                master.shared.listeners_closed.report(pid)
+            for channel in channels:
+                assert channel.wait_for(Kind.CLOSE_LISTENERS, SOON)
+                assert channel.send(Kind.LISTENERS_CLOSED, timeout=SOON)
 
         reporter = threading.Thread(target=workers_report)
         reporter.start()
         shut_down(arbiter)
         reporter.join(SOON)
+        for channel in channels:
+            channel.close()
         recorder.assert_order(MASTER_ORDER)
 
 
@@ -374,12 +380,13 @@ class TestFinish:
         worker = Lifecycle(Config(shutdown_delay=1), clock=FakeClock())
         worker.shutdown_initiated.fire()
         worker.drain_and_clean_up()
-        master.shared.parts.write(11, part_of(worker, 11, ROLE_WORKER))
+        channel = master.channel.connect(11)
+        assert channel.send_json(Kind.PART, part_of(worker, 11, ROLE_WORKER).to_json(), timeout=SOON)
+        channel.close()  # the worker exits right after sending
         master.finish()
         record = json.loads(report.read_text())
         assert [(p["pid"], p["role"]) for p in record["parts"]] == [(os.getpid(), "master"), (11, "worker")]
         assert lifecycle.cleanup_finished.is_set()
-        assert not os.path.exists(master.shared.files.path)
 
     def test_a_quick_stop_leaves_no_record(self, made: list[MasterShutdown], tmp_path: Path) -> None:
         """INT/QUIT while serving: no graceful shutdown happened, so nothing is recorded."""
@@ -387,4 +394,4 @@ class TestFinish:
         arbiter = FakeArbiter()
         master, _, _, _ = master_of(made, arbiter, Config(report_file=str(report)))
         master.finish()
-        assert not report.exists() and not os.path.exists(master.shared.files.path)
+        assert not report.exists()

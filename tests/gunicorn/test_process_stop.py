@@ -14,26 +14,25 @@ from typing import Any
 import pytest
 
 from graceful.gunicorn.adapter.worker import WorkerAdapter
+from graceful.gunicorn.channel import Kind
 from graceful.gunicorn.process_stop import ProcessStop
 from graceful.gunicorn.recycling import GthreadStop
-from graceful.gunicorn.stop_reason import StopReason, StopReasonSlot
+from graceful.gunicorn.stop_reason import StopReason
 from tests.gunicorn.test_recycling import NewGthreadWorker
 
 
-class Broadcast:
-    def __init__(self) -> None:
-        self.fired = False
-
-    def is_fired(self, timeout: float = 0.0) -> bool:
-        return self.fired
-
-
 class Shared:
-    """The parts of graceful.gunicorn.shared.SharedState a worker's stop reads."""
+    """What the master told the worker, as its channel gives it (graceful.gunicorn.process_stop.MasterFacts)."""
 
     def __init__(self) -> None:
-        self.shutdown_initiated = Broadcast()
-        self.stop_reason = StopReasonSlot()
+        self.facts: set[Kind] = set()
+        self.reason = StopReason.BY_MASTER
+
+    def fired(self, kind: Kind) -> bool:
+        return kind in self.facts
+
+    def stop_reason(self) -> StopReason:
+        return self.reason
 
 
 class SyncWorker:
@@ -131,8 +130,8 @@ class TestReasonNow:
     def test_the_servers_shutdown(self) -> None:
         """The ShutdownInitiated broadcast fired: the server's stop (None), whatever the slot says."""
         shared = Shared()
-        shared.shutdown_initiated.fired = True
-        shared.stop_reason.write(StopReason.RELOAD)
+        shared.facts.add(Kind.SHUTDOWN_INITIATED)
+        shared.reason = StopReason.RELOAD
         stop = stop_of(SyncWorker(), shared)
         stop.term_at = time.monotonic()
         assert stop.reason_now() is None
@@ -140,7 +139,7 @@ class TestReasonNow:
     def test_a_term_reads_the_slot(self) -> None:
         """A TERM from the master: the reason the master wrote."""
         shared = Shared()
-        shared.stop_reason.write(StopReason.SCALE_IN)
+        shared.reason = StopReason.SCALE_IN
         stop = stop_of(SyncWorker(), shared)
         stop.term_at = time.monotonic()
         assert stop.reason_now() is StopReason.SCALE_IN
@@ -148,7 +147,7 @@ class TestReasonNow:
     def test_no_term_is_stopped_by_the_master(self) -> None:
         """No TERM (SIGQUIT, the master gone): the slot's old reason does not apply."""
         shared = Shared()
-        shared.stop_reason.write(StopReason.RELOAD)
+        shared.reason = StopReason.RELOAD
         assert stop_of(SyncWorker(), shared).reason_now() is StopReason.BY_MASTER
 
 
@@ -208,7 +207,7 @@ class TestSigterm:
     ) -> None:
         """sync/gevent: Gunicorn's handler runs in the OS handler; the graceful-stop thread logs the reason."""
         shared = Shared()
-        shared.stop_reason.write(StopReason.RELOAD)
+        shared.reason = StopReason.RELOAD
         stop = stop_of(SyncWorker(), shared)
         with caplog.at_level(logging.INFO, logger="graceful"):
             stop.install(5.0, None, None)
@@ -242,7 +241,7 @@ class TestSigterm:
         master" instead of "reload".
         """
         shared = Shared()
-        shared.stop_reason.write(StopReason.RELOAD)
+        shared.reason = StopReason.RELOAD
         worker = SyncWorker()
         worker.handle_exit = lambda _signum, _frame: setattr(worker, "alive", False)
         stop = stop_of(worker, shared)

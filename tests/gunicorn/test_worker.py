@@ -1,15 +1,15 @@
-"""Unit tests of a worker's shutdown (graceful.gunicorn.worker) against a fake worker and real shared state.
+"""Unit tests of a worker's shutdown (graceful.gunicorn.worker) against a fake worker and a real channel.
 
 Each test plays Gunicorn's part with :class:`tests.gunicorn.fakes.FakeWorker`
-and the master's with a real :class:`~graceful.gunicorn.shared.SharedState`
-(pipes and shared memory, in this one process): its broadcasts, its stop
-reason, the directory where workers leave their part of the record. No
-Gunicorn process; the worker's SIGTERM handlers are installed for real and
-restored after each test.
+and the master's with a real :class:`~graceful.gunicorn.channel.MasterChannel`
+connected to the worker in this one process (a socketpair, no fork): its
+facts, its stop reason, the parts workers send. No Gunicorn process; the
+worker's SIGTERM handlers are installed for real and restored after each test.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -21,8 +21,10 @@ import pytest
 
 from graceful.core.config import Config
 from graceful.core.lifecycle import Lifecycle
+from graceful.core.record import ProcessPart
 from graceful.gunicorn.adapter.refusal import WorkerRefused
-from graceful.gunicorn.shared import SharedState
+from graceful.gunicorn.channel import Kind, MasterChannel, WorkerChannel
+from graceful.gunicorn.shared import ArrivalBoard
 from graceful.gunicorn.stop_reason import StopReason
 from graceful.gunicorn.worker import WorkerShutdown
 from graceful.testing import FakeClock
@@ -43,26 +45,45 @@ class Request:
         self.closed = True
 
 
+class Master:
+    """The master's side of one worker: its channel, connected to the worker's end, and the arrival board."""
+
+    def __init__(self) -> None:
+        self.channel = MasterChannel()
+        self.worker_end: WorkerChannel = self.channel.connect()
+        self.arrivals = ArrivalBoard()
+
+    def fire(self, kind: Kind) -> None:
+        """A fact of the master's, as its lifecycle listener sends it."""
+        self.channel.fire(kind)
+
+    def parts(self) -> list[ProcessPart]:
+        """The parts the worker sent, once its end is closed (as its process exiting closes it)."""
+        self.worker_end.close()
+        return [ProcessPart.read(json.loads(payload)) for _, payload in self.channel.parts(SOON)]
+
+
 @pytest.fixture
-def shared() -> Iterator[SharedState]:
-    """The master's shared state; its broadcasts fired at the end so the worker's threads end."""
-    state = SharedState()
+def master() -> Iterator[Master]:
+    """The master's side; the worker's watch thread ends with the channel."""
+    made = Master()
     previous = signal.getsignal(signal.SIGTERM)
-    yield state
+    yield made
     signal.signal(signal.SIGTERM, previous)
-    state.close_listeners.fire()
-    state.parts.remove()
+    made.fire(Kind.CLOSE_LISTENERS)
+    made.channel.close()
+    made.worker_end.close()
 
 
-def worker_of(fake: FakeWorker, shared: SharedState, config: Config | None = None) -> WorkerShutdown:
+def worker_of(fake: FakeWorker, master: Master, config: Config | None = None) -> WorkerShutdown:
     """``post_fork``: the worker's part over ``fake``, on a lifecycle of its own (the fork's copy)."""
     lifecycle = Lifecycle(config or Config(shutdown_delay=1, drain_timeout=4), clock=FakeClock())
-    return WorkerShutdown(fake, lifecycle, shared, master_listener=lambda _name, _at: None)
+    return WorkerShutdown(fake, lifecycle, master.worker_end, master.arrivals, master_listener=lambda _name, _at: None)
 
 
-def booted(fake: FakeWorker, shared: SharedState, config: Config | None = None) -> WorkerShutdown:
+def booted(fake: FakeWorker, master: Master, config: Config | None = None) -> WorkerShutdown:
     """``post_fork``, Gunicorn's SIGTERM handler, then ``post_worker_init``."""
-    shutdown = worker_of(fake, shared, config)
+    shutdown = worker_of(fake, master, config)
     signal.signal(signal.SIGTERM, gunicorns_term_handler(fake))  # Gunicorn's init_signals
     shutdown.start()
     return shutdown
@@ -97,32 +118,32 @@ def cleanup_log(lifecycle: Lifecycle) -> list[str]:
 
 
 class TestPostFork:
-    def test_arrivals_during_the_shutdown_go_on_the_servers_board(self, shared: SharedState) -> None:
+    def test_arrivals_during_the_shutdown_go_on_the_servers_board(self, master: Master) -> None:
         """A worker's request statistics write each arrival's time on the board the master reads."""
-        shutdown = worker_of(FakeWorker(), shared)
+        shutdown = worker_of(FakeWorker(), master)
         stats = shutdown.lifecycle.stats
         stats.arrived(False)
         assert stats.last_arrival_at is not None
-        assert shared.arrivals.last() == stats.last_arrival_at
+        assert master.arrivals.last() == stats.last_arrival_at
 
-    def test_pre_shutdown_hooks_are_the_masters(self, shared: SharedState) -> None:
+    def test_pre_shutdown_hooks_are_the_masters(self, master: Master) -> None:
         """A worker refuses pre-shutdown hooks, saying where to register them instead."""
-        shutdown = worker_of(FakeWorker(), shared)
+        shutdown = worker_of(FakeWorker(), master)
         with pytest.raises(RuntimeError, match="run once per server, in the master"):
             shutdown.lifecycle.pre_shutdown_hook("deregister")(lambda: None)
 
-    def test_gunicorns_own_drain_is_bounded_by_drain_timeout(self, shared: SharedState) -> None:
+    def test_gunicorns_own_drain_is_bounded_by_drain_timeout(self, master: Master) -> None:
         """The worker's copy of graceful_timeout becomes drain_timeout; the master's wait is kept for the budget."""
         fake = FakeWorker(graceful_timeout=30)
-        shutdown = worker_of(fake, shared)
+        shutdown = worker_of(fake, master)
         assert fake.drain_bound == 4 and shutdown.graceful_timeout == 30
 
 
 class TestStart:
-    def test_wraps_the_app_guards_accept_and_runs_post_start_hooks(self, shared: SharedState) -> None:
+    def test_wraps_the_app_guards_accept_and_runs_post_start_hooks(self, master: Master) -> None:
         """post_worker_init: the app is wrapped once, accept() guarded, post-start hooks started."""
         fake = FakeWorker()
-        shutdown = worker_of(fake, shared)
+        shutdown = worker_of(fake, master)
         started = threading.Event()
         shutdown.lifecycle.post_start_hook("warm-cache")(started.set)
         signal.signal(signal.SIGTERM, gunicorns_term_handler(fake))
@@ -131,49 +152,49 @@ class TestStart:
         assert "guard accept" in fake.calls
         assert started.wait(SOON)
 
-    def test_a_cleanup_task_longer_than_gunicorns_wait_is_refused(self, shared: SharedState) -> None:
+    def test_a_cleanup_task_longer_than_gunicorns_wait_is_refused(self, master: Master) -> None:
         """A cleanup task the master's graceful_timeout cannot wait for stops the worker's boot."""
         fake = FakeWorker(graceful_timeout=10)
-        shutdown = worker_of(fake, shared, Config(drain_timeout=4, grace_period=60))
+        shutdown = worker_of(fake, master, Config(drain_timeout=4, grace_period=60))
         shutdown.lifecycle.cleanup_task("flush", timeout=20)(lambda: None)
         with pytest.raises(WorkerRefused, match="graceful_timeout"):
             shutdown.start()
 
-    def test_a_budget_the_apps_hooks_break_refuses_the_worker_in_one_line(self, shared: SharedState) -> None:
+    def test_a_budget_the_apps_hooks_break_refuses_the_worker_in_one_line(self, master: Master) -> None:
         """A cleanup task registered by the app that cannot fit the grace period: the worker's boot is refused."""
-        shutdown = worker_of(FakeWorker(), shared, Config(shutdown_delay=5, drain_timeout=4, grace_period=20))
+        shutdown = worker_of(FakeWorker(), master, Config(shutdown_delay=5, drain_timeout=4, grace_period=20))
         shutdown.lifecycle.cleanup_task("flush", timeout=15)(lambda: None)
         with pytest.raises(WorkerRefused, match=r"^graceful: graceful shutdown does not fit GRACEFUL_GRACE_PERIOD"):
             shutdown.start()
 
-    def test_the_masters_facts_reach_the_worker(self, shared: SharedState) -> None:
+    def test_the_masters_facts_reach_the_worker(self, master: Master) -> None:
         """The master's ShutdownInitiated and NotAcceptingNewRequests become the worker's, in that order."""
-        shutdown = booted(FakeWorker(), shared)
+        shutdown = booted(FakeWorker(), master)
         lifecycle = shutdown.lifecycle
-        shared.shutdown_initiated.fire()
+        master.fire(Kind.SHUTDOWN_INITIATED)
         assert lifecycle.shutdown_initiated.wait(SOON)
         assert not lifecycle.not_accepting_new_requests.is_set()
-        shared.not_accepting.fire()
+        master.fire(Kind.NOT_ACCEPTING)
         assert lifecycle.not_accepting_new_requests.wait(SOON)
 
 
 class TestPreRequest:
-    def test_connection_close_from_shutdown_initiated(self, shared: SharedState) -> None:
+    def test_connection_close_from_shutdown_initiated(self, master: Master) -> None:
         """Responses keep their connection until ShutdownInitiated, then ask the client to close it."""
-        shutdown = booted(FakeWorker(), shared)
+        shutdown = booted(FakeWorker(), master)
         before, after = Request(), Request()
         shutdown.before_request(before)
-        shared.shutdown_initiated.fire()
+        master.fire(Kind.SHUTDOWN_INITIATED)
         assert shutdown.lifecycle.shutdown_initiated.wait(SOON)
         shutdown.before_request(after)
         assert not before.closed and after.closed
 
     def test_the_request_that_reaches_max_requests_starts_a_process_stop(
-        self, shared: SharedState, caplog: pytest.LogCaptureFixture
+        self, master: Master, caplog: pytest.LogCaptureFixture
     ) -> None:
         """sync: the request that reaches max_requests starts the worker's stop, as 'recycled'."""
         fake = FakeWorker(max_requests=3)
-        shutdown = booted(fake, shared)
+        shutdown = booted(fake, master)
         fake.served = 2
         with caplog.at_level(logging.INFO, logger="graceful"):
             shutdown.before_request(Request())
@@ -182,22 +203,22 @@ class TestPreRequest:
 
 
 class TestExit:
-    def test_the_servers_stop_drains_cleans_up_and_leaves_its_part(self, shared: SharedState) -> None:
+    def test_the_servers_stop_drains_cleans_up_and_leaves_its_part(self, master: Master) -> None:
         """The master's shutdown: the worker's cleanup runs once and its part is left for the master's record."""
         fake = FakeWorker()
-        shutdown = booted(fake, shared)
+        shutdown = booted(fake, master)
         ran = cleanup_log(shutdown.lifecycle)
-        shared.shutdown_initiated.fire()
+        master.fire(Kind.SHUTDOWN_INITIATED)
         assert shutdown.lifecycle.shutdown_initiated.wait(SOON)
         os.kill(os.getpid(), signal.SIGTERM)  # the master's TERM: the handler runs in this main thread
         assert fake.left_loop.wait(SOON)
         shutdown.exit()
         assert ran == ["close-pool"]
         assert shutdown.lifecycle.cleanup_finished.is_set()
-        assert [part.pid for part in shared.parts.read_all()] == [os.getpid()]
+        assert [part.pid for part in master.parts()] == [os.getpid()]
 
     @pytest.mark.parametrize("kind", ["sync", "gthread"])
-    def test_requests_in_flight_at_the_term_are_the_ones_drained(self, shared: SharedState, kind: str) -> None:
+    def test_requests_in_flight_at_the_term_are_the_ones_drained(self, master: Master, kind: str) -> None:
         """Three requests running at the TERM, served before worker_exit (as Gunicorn does): the part says drained 3."""
         entered, release = threading.Barrier(4, timeout=SOON), threading.Event()
 
@@ -209,12 +230,12 @@ class TestExit:
 
         gthread = FakeGthreadLoop() if kind == "gthread" else None
         fake = FakeWorker(kind, app=slow, gthread=gthread)
-        shutdown = booted(fake, shared)
+        shutdown = booted(fake, master)
         requests = [threading.Thread(target=serve, args=(fake.wsgi,)) for _ in range(3)]
         for request in requests:
             request.start()
         entered.wait()  # all three are in the app
-        shared.shutdown_initiated.fire()
+        master.fire(Kind.SHUTDOWN_INITIATED)
         os.kill(os.getpid(), signal.SIGTERM)
         assert fake.left_loop.wait(SOON)
         began = wait_for(lambda: shutdown.lifecycle.stats.drain is not None)
@@ -223,18 +244,18 @@ class TestExit:
         for request in requests:
             request.join(SOON)
         shutdown.exit()
-        [part] = shared.parts.read_all()
+        [part] = master.parts()
         assert (part.requests.drained, part.requests.abandoned) == (3, 0)
 
     @pytest.mark.parametrize(("reason", "text"), [(StopReason.RELOAD, "reload"), (StopReason.SCALE_IN, "scale-in")])
     def test_a_process_stop_says_why_and_touches_no_server_signal(
-        self, shared: SharedState, caplog: pytest.LogCaptureFixture, reason: StopReason, text: str
+        self, master: Master, caplog: pytest.LogCaptureFixture, reason: StopReason, text: str
     ) -> None:
         """HUP or TTOU: the worker logs why it stops, drains and cleans up; no server signal, no part left."""
         fake = FakeWorker()
-        shutdown = booted(fake, shared)
+        shutdown = booted(fake, master)
         ran = cleanup_log(shutdown.lifecycle)
-        shared.stop_reason.write(reason)  # the master writes it before its TERM
+        master.channel.set_stop_reason(reason)  # the master sends it before its TERM
         with caplog.at_level(logging.INFO, logger="graceful"):
             os.kill(os.getpid(), signal.SIGTERM)
             assert fake.left_loop.wait(SOON)
@@ -243,13 +264,13 @@ class TestExit:
         lines = [r.getMessage() for r in caplog.records if f"worker {pid} stop" in r.getMessage()]
         assert lines == [f"graceful: worker {pid} stopping ({text})", f"graceful: worker {pid} stopped ({text})"]
         assert ran == ["close-pool"]
-        assert not shutdown.lifecycle.shutdown_initiated.is_set() and shared.parts.read_all() == []
+        assert not shutdown.lifecycle.shutdown_initiated.is_set() and master.parts() == []
 
     def test_a_worker_killed_for_its_timeout_goes_straight_to_cleanup(
-        self, shared: SharedState, caplog: pytest.LogCaptureFixture
+        self, master: Master, caplog: pytest.LogCaptureFixture
     ) -> None:
         """worker_abort (the master's SIGABRT after the worker's timeout): no drain wait, cleanup, reason 'timeout'."""
-        shutdown = booted(FakeWorker(), shared)
+        shutdown = booted(FakeWorker(), master)
         ran = cleanup_log(shutdown.lifecycle)
         shutdown.abort()
         with caplog.at_level(logging.INFO, logger="graceful"):
@@ -257,16 +278,16 @@ class TestExit:
         assert ran == ["close-pool"] and shutdown.stop.reason is StopReason.TIMEOUT
         assert f"worker {os.getpid()} stopping (timeout)" in caplog.text
 
-    def test_a_worker_that_never_booted_only_cleans_up(self, shared: SharedState) -> None:
+    def test_a_worker_that_never_booted_only_cleans_up(self, master: Master) -> None:
         """A worker that failed before post_worker_init: its cleanup tasks run, nothing else."""
-        shutdown = worker_of(FakeWorker(), shared)
+        shutdown = worker_of(FakeWorker(), master)
         ran = cleanup_log(shutdown.lifecycle)
         shutdown.exit()
         assert ran == ["close-pool"] and not shutdown.stopping
 
-    def test_worker_exit_in_the_master_is_ignored(self, shared: SharedState) -> None:
+    def test_worker_exit_in_the_master_is_ignored(self, master: Master) -> None:
         """Gunicorn also calls worker_exit in the master: another pid than the worker's does nothing."""
-        shutdown = booted(FakeWorker(), shared)
+        shutdown = booted(FakeWorker(), master)
         ran = cleanup_log(shutdown.lifecycle)
         shutdown.pid = os.getpid() + 1  # as seen from the master: the worker's pid is not its own
         shutdown.exit()
@@ -274,11 +295,11 @@ class TestExit:
 
 
 class TestHttp2:
-    def test_refused_streams_are_the_workers_rejections(self, shared: SharedState) -> None:
+    def test_refused_streams_are_the_workers_rejections(self, master: Master) -> None:
         """A stream refused above GOAWAY's last-stream-id counts as a rejection (refused_stream) in the part."""
         fake = FakeWorker("gthread", gthread=FakeGthreadLoop(), http2=FakeServer())
-        shutdown = booted(fake, shared)
-        shared.shutdown_initiated.fire()
+        shutdown = booted(fake, master)
+        master.fire(Kind.SHUTDOWN_INITIATED)
         assert shutdown.lifecycle.shutdown_initiated.wait(SOON)
         assert shutdown.stop.http2 is not None
         connection = shutdown.stop.http2.connection()
@@ -288,26 +309,26 @@ class TestHttp2:
         os.kill(os.getpid(), signal.SIGTERM)
         assert fake.left_loop.wait(SOON)
         shutdown.exit()
-        [part] = shared.parts.read_all()
+        [part] = master.parts()
         assert part.requests.rejected["refused_stream"] == 2
 
 
 class TestGthread:
-    def test_the_stop_waits_for_connections_then_hands_to_gunicorn(self, shared: SharedState) -> None:
+    def test_the_stop_waits_for_connections_then_hands_to_gunicorn(self, master: Master) -> None:
         """gthread: stop accepting, wait for the late accepts and open connections, then Gunicorn's own stop."""
         loop = FakeGthreadLoop(connections=0, max_requests=100)
         fake = FakeWorker("gthread", gthread=loop)
-        shutdown = booted(fake, shared)
+        shutdown = booted(fake, master)
         assert loop.calls == ["take over max_requests"]
         os.kill(os.getpid(), signal.SIGTERM)
         assert fake.left_loop.wait(SOON)  # Gunicorn's handler runs only at the end of graceful's stop
         assert loop.calls == ["take over max_requests", "stop accepting", "late accepts", "bound drain", "wake"]
         shutdown.exit()
 
-    def test_the_request_that_reaches_the_limit_closes_its_connection(self, shared: SharedState) -> None:
+    def test_the_request_that_reaches_the_limit_closes_its_connection(self, master: Master) -> None:
         """gthread counts in pre_request: the request reaching max_requests gets Connection: close and stops it."""
         loop = FakeGthreadLoop(max_requests=2)
-        shutdown = booted(FakeWorker("gthread", gthread=loop), shared)
+        shutdown = booted(FakeWorker("gthread", gthread=loop), master)
         first, second = Request(), Request()
         shutdown.before_request(first)
         shutdown.before_request(second)

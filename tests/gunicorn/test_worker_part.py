@@ -2,7 +2,7 @@
 
 The worker's ``graceful-watch`` thread mirrors the master's ShutdownInitiated
 into the worker's lifecycle; on a loaded machine it can be descheduled between
-seeing the broadcast and mirroring it, while Gunicorn's TERM and ``worker_exit``
+seeing the master's fact and mirroring it, while Gunicorn's TERM and ``worker_exit``
 go ahead on the main thread. Here that thread is held at that point by a gate
 the test opens after ``worker_exit``: no sleep, the same order every run.
 """
@@ -15,42 +15,42 @@ import threading
 
 import pytest
 
-from graceful.gunicorn.shared import SharedState
+from graceful.gunicorn.channel import Kind
 from tests.gunicorn.fakes import FakeWorker
-from tests.gunicorn.test_worker import SOON, booted, shared
+from tests.gunicorn.test_worker import SOON, Master, booted, master
 
-__all__ = ["shared"]  # the fixture, shared with test_worker.py
+__all__ = ["master"]  # the fixture, shared with test_worker.py
 
 
-def hold_the_watch(shared: SharedState, monkeypatch: pytest.MonkeyPatch) -> threading.Event:
-    """Hold the watch thread (its waits are the ones of a second or more) once it sees ShutdownInitiated."""
+def hold_the_watch(master: Master, monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """Hold the watch thread once it has seen ShutdownInitiated, before it mirrors it (a gate, no sleep)."""
     gate = threading.Event()
-    seen = shared.shutdown_initiated.is_fired
+    seen = master.worker_end.wait_for
 
-    def is_fired(timeout: float = 0.0) -> bool:
-        fired = seen(timeout)
-        if fired and timeout >= 1.0:
+    def wait_for(kind: Kind, timeout: float | None = None) -> bool:
+        fired = seen(kind, timeout=timeout)
+        if fired and kind is Kind.SHUTDOWN_INITIATED:
             gate.wait(SOON)
         return fired
 
-    monkeypatch.setattr(shared.shutdown_initiated, "is_fired", is_fired)
+    monkeypatch.setattr(master.worker_end, "wait_for", wait_for)
     return gate
 
 
 class TestPartWhileTheWatchLags:
     def test_a_worker_in_the_servers_stop_leaves_its_part_before_its_watch_mirrors_the_signal(
-        self, shared: SharedState, monkeypatch: pytest.MonkeyPatch
+        self, master: Master, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         """The server's stop, worker_exit before the watch thread mirrored ShutdownInitiated: the part is left."""
-        gate = hold_the_watch(shared, monkeypatch)
+        gate = hold_the_watch(master, monkeypatch)
         fake = FakeWorker()
-        shutdown = booted(fake, shared)
+        shutdown = booted(fake, master)
         try:
-            shared.shutdown_initiated.fire()
+            master.fire(Kind.SHUTDOWN_INITIATED)
             os.kill(os.getpid(), signal.SIGTERM)  # the master's TERM: the handler runs in this main thread
             assert fake.left_loop.wait(SOON)
             shutdown.exit()
         finally:
             gate.set()
         assert shutdown.stop.server_stop
-        assert [part.pid for part in shared.parts.read_all()] == [os.getpid()]
+        assert [part.pid for part in master.parts()] == [os.getpid()]
