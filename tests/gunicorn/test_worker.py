@@ -10,6 +10,7 @@ restored after each test.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import signal
@@ -195,6 +196,19 @@ class TestExit:
         assert ran == ["close-pool"]
         assert shutdown.lifecycle.cleanup_finished.is_set()
         assert [part.pid for part in shared.parts.read_all()] == [os.getpid()]
+
+    def test_the_last_step_spares_gunicorns_exit_the_final_collections(self, shared: SharedState) -> None:
+        """After the cleanup and the part, the heap is frozen: the interpreter's exit next skips collecting it."""
+        fake = FakeWorker()
+        shutdown = booted(fake, shared)
+        ran = cleanup_log(shutdown.lifecycle)
+        shared.shutdown_initiated.fire()
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert fake.left_loop.wait(SOON)
+        assert gc.get_freeze_count() == 0
+        shutdown.exit()
+        assert ran == ["close-pool"] and len(shared.parts.read_all()) == 1
+        assert gc.get_freeze_count() > 0
 
     @pytest.mark.parametrize("kind", ["sync", "gthread"])
     def test_requests_in_flight_at_the_term_are_the_ones_drained(self, shared: SharedState, kind: str) -> None:
