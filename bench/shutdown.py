@@ -42,48 +42,18 @@ from tests.conftest import Processes
 from tests.e2e_harness import Gunicorn, Record, fetch, free_port
 
 
-def _instance(processes: Processes, worker_class: str, **env: str) -> Gunicorn:
-    instance = Gunicorn(processes, free_port(), worker_class, graceful=True, env=env, name="bench")
+def _instance(processes: Processes, worker_class: str, *, graceful: bool = True, **env: str) -> Gunicorn:
+    instance = Gunicorn(processes, free_port(), worker_class, graceful=graceful, env=env, name="bench")
     instance.start()
     instance.wait_ready()
     return instance
 
 
-def overhead_once(processes: Processes, worker_class: str, delay: float = 1.0, cleanup: float = 0.5) -> float:
-    """One trial: exit time minus (delay, in-flight remainder, cleanup), in seconds."""
-    instance = _instance(
-        processes, worker_class, GRACEFUL_SHUTDOWN_DELAY=f"{delay:g}", LOAD_APP_CLEANUP=f"1:{cleanup:g}"
-    )
-    try:
-        results: list[Record] = []
-        lead = 0.2  # the request reaches a worker before the SIGTERM
-        path = f"/slow?ms={int((lead + delay + 0.5) * 1000)}&bytes=4096"
+def _term_with_a_request_in_flight(instance: Gunicorn, after_term: float) -> tuple[float, float]:
+    """SIGTERM while one request runs that ends ``after_term`` s later; (SIGTERM's time, the request's end).
 
-        def request() -> None:
-            with requests.Session() as session:
-                session.trust_env = False
-                results.append(fetch(session, instance.url, path, 4096))
-
-        thread = threading.Thread(target=request, daemon=True)
-        thread.start()
-        time.sleep(lead)
-        sigterm_at = instance.terminate()
-        returncode = instance.wait_exit(timeout=delay + 30)
-        thread.join(15)
-        if returncode != 0 or not results or not results[0].ok:
-            raise RuntimeError(f"trial failed: exit {returncode}, {results}\n{instance.log()}")
-        assert instance.exited_at is not None
-        expected_exit = max(sigterm_at + delay, results[0].ended) + cleanup
-        return instance.exited_at - expected_exit
-    finally:
-        instance.kill()
-
-
-def plain_overhead_once(processes: Processes, worker_class: str, after_term: float = 1.5) -> float:
-    """One trial of plain Gunicorn: exit time minus the end of the request in flight at SIGTERM, in seconds."""
-    instance = Gunicorn(processes, free_port(), worker_class, graceful=False, name="bench-plain")
-    instance.start()
-    instance.wait_ready()
+    Raises with the log unless the master exits 0 and the request is served in full.
+    """
     try:
         results: list[Record] = []
         lead = 0.2  # the request reaches a worker before the SIGTERM
@@ -101,11 +71,28 @@ def plain_overhead_once(processes: Processes, worker_class: str, after_term: flo
         returncode = instance.wait_exit(timeout=after_term + 30)
         thread.join(15)
         if returncode != 0 or not results or not results[0].ok:
-            raise RuntimeError(f"plain trial failed: exit {returncode}, {results}\n{instance.log()}")
-        assert instance.exited_at is not None
-        return instance.exited_at - max(sigterm_at, results[0].ended)
+            raise RuntimeError(f"trial failed: exit {returncode}, {results}\n{instance.log()}")
+        return sigterm_at, results[0].ended
     finally:
         instance.kill()
+
+
+def overhead_once(processes: Processes, worker_class: str, delay: float = 1.0, cleanup: float = 0.5) -> float:
+    """One trial: exit time minus (delay, in-flight remainder, cleanup), in seconds."""
+    instance = _instance(
+        processes, worker_class, GRACEFUL_SHUTDOWN_DELAY=f"{delay:g}", LOAD_APP_CLEANUP=f"1:{cleanup:g}"
+    )
+    sigterm_at, request_end = _term_with_a_request_in_flight(instance, delay + 0.5)
+    assert instance.exited_at is not None
+    return instance.exited_at - (max(sigterm_at + delay, request_end) + cleanup)
+
+
+def plain_overhead_once(processes: Processes, worker_class: str, after_term: float = 1.5) -> float:
+    """One trial of plain Gunicorn: exit time minus the end of the request in flight at SIGTERM, in seconds."""
+    instance = _instance(processes, worker_class, graceful=False)
+    sigterm_at, request_end = _term_with_a_request_in_flight(instance, after_term)
+    assert instance.exited_at is not None
+    return instance.exited_at - max(sigterm_at, request_end)
 
 
 def overhead_beside_plain(processes: Processes, worker_class: str, count: int) -> tuple[list[float], list[float]]:
