@@ -138,6 +138,8 @@ def shutdown_rows(processes: Processes, trials: int) -> list[Row]:
         return f"median {statistics.median(values) * 1000:.0f} ms, worst {worst * 1000:.0f} ms (n={len(values)})", worst
 
     overhead, overhead_worst = ms("overhead")
+    plain = figures["overhead, plain gunicorn"]
+    overhead += f"; plain Gunicorn's exit - request end, same run: median {statistics.median(plain) * 1000:.0f} ms"
     second, second_worst = ms("second signal")
     cleanup = figures["cleanup in process"]
     under = figures["cleanup under gunicorn"]

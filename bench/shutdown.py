@@ -1,8 +1,8 @@
 """Shutdown timings of ``gunicorn -c graceful/conf.py``, measured from outside with real signals.
 
-    python bench/shutdown.py [--trials 5] [--worker-class gthread]
+    python bench/shutdown.py [--trials 5] [--worker-class gthread] [--only overhead ...]
 
-Three figures (targets in the README's benchmark table), each the median and the worst of
+Three figures (targets in the README's benchmark table), each the median and the spread of
 ``--trials`` runs, every one a fresh Gunicorn serving tests/live/load_app.py:
 
 overhead
@@ -10,7 +10,9 @@ overhead
     0.5 s, and one cleanup task of 0.5 s. Expected exit: the later of
     (SIGTERM + delay) and the request's end, plus the cleanup task. The
     overhead is the master's actual exit (to the millisecond, via pidfd)
-    minus that. Target <= 100 ms.
+    minus that. Target <= 100 ms. Beside it, in the same run (trials
+    alternate): plain Gunicorn with the same request in flight at SIGTERM,
+    its exit minus the request's end (it has no delay and no cleanup).
 cleanup
     Ten cleanup tasks of 1 s each: the cleanup phase of one
     ``graceful.Lifecycle`` in this process (target <= 1.1 s), and, for
@@ -40,22 +42,22 @@ from tests.conftest import Processes
 from tests.e2e_harness import Gunicorn, Record, fetch, free_port
 
 
-def _instance(processes: Processes, worker_class: str, **env: str) -> Gunicorn:
-    instance = Gunicorn(processes, free_port(), worker_class, graceful=True, env=env, name="bench")
+def _instance(processes: Processes, worker_class: str, *, graceful: bool = True, **env: str) -> Gunicorn:
+    instance = Gunicorn(processes, free_port(), worker_class, graceful=graceful, env=env, name="bench")
     instance.start()
     instance.wait_ready()
     return instance
 
 
-def overhead_once(processes: Processes, worker_class: str, delay: float = 1.0, cleanup: float = 0.5) -> float:
-    """One trial: exit time minus (delay, in-flight remainder, cleanup), in seconds."""
-    instance = _instance(
-        processes, worker_class, GRACEFUL_SHUTDOWN_DELAY=f"{delay:g}", LOAD_APP_CLEANUP=f"1:{cleanup:g}"
-    )
+def _term_with_a_request_in_flight(instance: Gunicorn, after_term: float) -> tuple[float, float]:
+    """SIGTERM while one request runs that ends ``after_term`` s later; (SIGTERM's time, the request's end).
+
+    Raises with the log unless the master exits 0 and the request is served in full.
+    """
     try:
         results: list[Record] = []
         lead = 0.2  # the request reaches a worker before the SIGTERM
-        path = f"/slow?ms={int((lead + delay + 0.5) * 1000)}&bytes=4096"
+        path = f"/slow?ms={int((lead + after_term) * 1000)}&bytes=4096"
 
         def request() -> None:
             with requests.Session() as session:
@@ -66,15 +68,41 @@ def overhead_once(processes: Processes, worker_class: str, delay: float = 1.0, c
         thread.start()
         time.sleep(lead)
         sigterm_at = instance.terminate()
-        returncode = instance.wait_exit(timeout=delay + 30)
+        returncode = instance.wait_exit(timeout=after_term + 30)
         thread.join(15)
         if returncode != 0 or not results or not results[0].ok:
             raise RuntimeError(f"trial failed: exit {returncode}, {results}\n{instance.log()}")
-        assert instance.exited_at is not None
-        expected_exit = max(sigterm_at + delay, results[0].ended) + cleanup
-        return instance.exited_at - expected_exit
+        return sigterm_at, results[0].ended
     finally:
         instance.kill()
+
+
+def overhead_once(processes: Processes, worker_class: str, delay: float = 1.0, cleanup: float = 0.5) -> float:
+    """One trial: exit time minus (delay, in-flight remainder, cleanup), in seconds."""
+    instance = _instance(
+        processes, worker_class, GRACEFUL_SHUTDOWN_DELAY=f"{delay:g}", LOAD_APP_CLEANUP=f"1:{cleanup:g}"
+    )
+    sigterm_at, request_end = _term_with_a_request_in_flight(instance, delay + 0.5)
+    assert instance.exited_at is not None
+    return instance.exited_at - (max(sigterm_at + delay, request_end) + cleanup)
+
+
+def plain_overhead_once(processes: Processes, worker_class: str, after_term: float = 1.5) -> float:
+    """One trial of plain Gunicorn: exit time minus the end of the request in flight at SIGTERM, in seconds."""
+    instance = _instance(processes, worker_class, graceful=False)
+    sigterm_at, request_end = _term_with_a_request_in_flight(instance, after_term)
+    assert instance.exited_at is not None
+    return instance.exited_at - max(sigterm_at, request_end)
+
+
+def overhead_beside_plain(processes: Processes, worker_class: str, count: int) -> tuple[list[float], list[float]]:
+    """``count`` trials each of graceful's overhead and plain Gunicorn's, alternating (same machine, same minutes)."""
+    graceful: list[float] = []
+    plain: list[float] = []
+    for _ in range(count):
+        graceful.append(overhead_once(processes, worker_class))
+        plain.append(plain_overhead_once(processes, worker_class))
+    return graceful, plain
 
 
 def cleanup_in_process(tasks: int = 10, seconds: float = 1.0) -> float:
@@ -125,19 +153,30 @@ def trials(measure: Callable[[], float], count: int) -> list[float]:
     return [measure() for _ in range(count)]
 
 
-def measure_all(processes: Processes, worker_class: str, count: int) -> dict[str, list[float]]:
-    """Every figure of this module: name -> seconds per trial."""
-    return {
-        "overhead": trials(lambda: overhead_once(processes, worker_class), count),
-        "cleanup in process": trials(cleanup_in_process, count),
-        "cleanup under gunicorn": trials(lambda: cleanup_under_gunicorn(processes, worker_class), max(1, count // 2)),
-        "second signal": trials(lambda: second_signal_once(processes, worker_class), count),
-    }
+#: The figures, in the order they are measured: ``--only`` picks some.
+FIGURES = ("overhead", "cleanup", "second")
+
+
+def measure_all(
+    processes: Processes, worker_class: str, count: int, only: tuple[str, ...] = FIGURES
+) -> dict[str, list[float]]:
+    """The figures of this module named in ``only``: name -> seconds per trial."""
+    figures: dict[str, list[float]] = {}
+    if "overhead" in only:
+        figures["overhead"], figures["overhead, plain gunicorn"] = overhead_beside_plain(processes, worker_class, count)
+    if "cleanup" in only:
+        figures["cleanup in process"] = trials(cleanup_in_process, count)
+        under = trials(lambda: cleanup_under_gunicorn(processes, worker_class), max(1, count // 2))
+        figures["cleanup under gunicorn"] = under
+    if "second" in only:
+        figures["second signal"] = trials(lambda: second_signal_once(processes, worker_class), count)
+    return figures
 
 
 def describe(values: list[float]) -> str:
-    """``median X ms, worst Y ms (n=N)``."""
-    return f"median {statistics.median(values) * 1000:7.1f} ms   worst {max(values) * 1000:7.1f} ms   (n={len(values)})"
+    """``median X ms, min A, max B (n=N)``."""
+    low, high = min(values) * 1000, max(values) * 1000
+    return f"median {statistics.median(values) * 1000:7.1f} ms   min {low:7.1f}   max {high:7.1f}   (n={len(values)})"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -145,10 +184,11 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--trials", type=int, default=5, help="trials per figure (median and worst are shown)")
     parser.add_argument("--worker-class", choices=("sync", "gthread"), default="gthread")
+    parser.add_argument("--only", nargs="+", choices=FIGURES, default=FIGURES, help="measure only these figures")
     args = parser.parse_args(argv)
     processes = Processes()
     try:
-        figures = measure_all(processes, args.worker_class, args.trials)
+        figures = measure_all(processes, args.worker_class, args.trials, tuple(args.only))
     finally:
         processes.cleanup()
     for name, values in figures.items():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib.metadata
 import importlib.util
 import itertools
@@ -143,6 +144,13 @@ class Processes:
         for proc in self.started:
             if proc.stdout is not None:
                 proc.stdout.close()
+
+
+@pytest.fixture(autouse=True)
+def collector_unfrozen() -> Iterator[None]:
+    """Every test leaves the garbage collector unfrozen: an exit path under test (worker_exit, on_exit) freezes it."""
+    yield
+    gc.unfreeze()
 
 
 @pytest.fixture(autouse=True)

@@ -2,5 +2,5 @@
 
 - :mod:`.trap` the OS-signal trap of ``graceful serve`` (a second signal exits 1)
 - :mod:`.sockets` closing listeners without resetting queued connections
-- :mod:`.exit` ending the process even when a hook thread is hung
+- :mod:`.exit` ending the process even when a hook thread is hung, or without the final collections
 """

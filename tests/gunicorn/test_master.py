@@ -8,6 +8,7 @@ No Gunicorn process, no sleep: the lifecycle's waits run on a FakeClock.
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import logging
 import os
@@ -387,6 +388,18 @@ class TestFinish:
         record = json.loads(report.read_text())
         assert [(p["pid"], p["role"]) for p in record["parts"]] == [(os.getpid(), "master"), (11, "worker")]
         assert lifecycle.cleanup_finished.is_set()
+
+    def test_gunicorns_exit_after_the_record_skips_the_final_collections(
+        self, made: list[MasterShutdown], tmp_path: Path
+    ) -> None:
+        """on_exit ends with the heap frozen, the record already written: Gunicorn's exit skips collecting it."""
+        report = tmp_path / "record.json"
+        arbiter = FakeArbiter()
+        master, _, _, _ = master_of(made, arbiter, Config(shutdown_delay=1, report_file=str(report)))
+        shut_down(arbiter)
+        assert gc.get_freeze_count() == 0
+        master.finish()
+        assert report.exists() and gc.get_freeze_count() > 0
 
     def test_a_quick_stop_leaves_no_record(self, made: list[MasterShutdown], tmp_path: Path) -> None:
         """INT/QUIT while serving: no graceful shutdown happened, so nothing is recorded."""

@@ -9,6 +9,7 @@ worker's SIGTERM handlers are installed for real and restored after each test.
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
@@ -216,6 +217,19 @@ class TestExit:
         assert ran == ["close-pool"]
         assert shutdown.lifecycle.cleanup_finished.is_set()
         assert [part.pid for part in master.parts()] == [os.getpid()]
+
+    def test_the_last_step_spares_gunicorns_exit_the_final_collections(self, master: Master) -> None:
+        """After the cleanup and the part, the heap is frozen: the interpreter's exit next skips collecting it."""
+        fake = FakeWorker()
+        shutdown = booted(fake, master)
+        ran = cleanup_log(shutdown.lifecycle)
+        master.fire(Kind.SHUTDOWN_INITIATED)
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert fake.left_loop.wait(SOON)
+        assert gc.get_freeze_count() == 0
+        shutdown.exit()
+        assert gc.get_freeze_count() > 0
+        assert ran == ["close-pool"] and len(master.parts()) == 1
 
     @pytest.mark.parametrize("kind", ["sync", "gthread"])
     def test_requests_in_flight_at_the_term_are_the_ones_drained(self, master: Master, kind: str) -> None:
