@@ -69,6 +69,13 @@ def django_gunicorn(processes: Processes, tmp_path: Path) -> Start:
     return start
 
 
+def start_hidden(django_gunicorn: Start, tmp_path: Path, graceful: dict[str, Any]) -> Server:
+    """One worker serving hidden_settings_app (its settings module named at run time only), not awaited."""
+    return django_gunicorn(
+        graceful, app=hidden_settings_app(tmp_path), settings_in_environment=False, ready=False, options=ONE_WORKER
+    )
+
+
 def get(server: Server | Served, path: str, **kwargs: Any) -> requests.Response:
     return requests.get(server.url + path, timeout=15, **kwargs)
 
@@ -168,13 +175,7 @@ class TestGracefulSettings:
         """An app module that names its settings only at run time: the master runs the defaults, so a worker whose
         settings.GRACEFUL changes the delay stops with the one refusal line, then the master ("App failed to
         load", exit 4), never forking again."""
-        server = django_gunicorn(
-            {"SHUTDOWN_DELAY": 2.5},
-            app=hidden_settings_app(tmp_path),
-            settings_in_environment=False,
-            ready=False,
-            options=ONE_WORKER,
-        )
+        server = start_hidden(django_gunicorn, tmp_path, {"SHUTDOWN_DELAY": 2.5})
         assert server.exit_code(30) == 4, "\n".join(server.lines)
         lines = server.matching(r"graceful: the app configures")
         assert len(lines) == len(booted_workers(server)) == 1  # no worker forked after the first failed
@@ -191,13 +192,7 @@ class TestGracefulSettings:
     ) -> None:
         """Settings the master cannot find: the worker's django.setup() meets the misspelt key: Config's message
         on a line of its own, no traceback, and the master stops (exit 4)."""
-        server = django_gunicorn(
-            {"SHUTDOWN_DELY": 1},
-            app=hidden_settings_app(tmp_path),
-            settings_in_environment=False,
-            ready=False,
-            options=ONE_WORKER,
-        )
+        server = start_hidden(django_gunicorn, tmp_path, {"SHUTDOWN_DELY": 1})
         assert server.exit_code(30) == 4, "\n".join(server.lines)
         with pytest.raises(graceful.ConfigError) as refused:
             graceful.Config.load(environ={"GRACEFUL_SHUTDOWN_DELY": "1"})
