@@ -189,9 +189,13 @@ class _Lines:
 
     def _read(self, proc: subprocess.Popen[str]) -> None:
         assert proc.stdout is not None
-        for line in proc.stdout:
-            self.queue.put(line.rstrip("\n"))
-        self.queue.put(None)
+        try:
+            for line in proc.stdout:
+                self.queue.put(line.rstrip("\n"))
+        except (ValueError, OSError):
+            pass  # its owner closed the stream (the test's end, a cleanup): nothing more to read
+        finally:
+            self.queue.put(None)
 
 
 _readers: dict[int, _Lines] = {}

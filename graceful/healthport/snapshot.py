@@ -116,6 +116,8 @@ class ProcessHealth:
             parsed = json.loads(data)
         except RecursionError:
             raise ReportError("health record: nested too deep") from None
+        except ValueError as exc:  # JSON's own error, and UTF-8's
+            raise ReportError(f"health record: not JSON: {exc}") from None
         return cls.read(parsed)
 
 
