@@ -27,7 +27,6 @@ import gunicorn.http
 import pytest
 from gunicorn.config import Config
 from gunicorn.http.parser import RequestParser
-from gunicorn.http2.connection import HTTP2ServerConnection
 from h2 import events as h2_events
 from h2.config import H2Configuration
 
@@ -36,6 +35,10 @@ from graceful.gunicorn.adapter.http2 import PING_DATA, REFUSED_STREAM, Http2Conn
 from graceful.gunicorn.http2 import MAX_STREAM_ID, ROUND_TRIP_TIMEOUT, Http2Drain
 from tests.gunicorn.test_http2 import Clock
 from tests.gunicorn.test_http2_e2e import _ClientH2
+
+HTTP2ServerConnection = pytest.importorskip(
+    "gunicorn.http2.connection", reason="Gunicorn serves HTTP/2 from 27 on (22-26 have no gunicorn.http2)"
+).HTTP2ServerConnection
 
 SOON = 10.0  # real seconds: a bound for a loaded machine, never reached when things work
 NO_ERROR = 0
