@@ -1,4 +1,4 @@
-"""The one codec of what graceful processes tell each other: JSON values, framed for pipes, read with suspicion.
+"""The one codec of what graceful processes tell each other: JSON values, read with suspicion.
 
 Whatever one process writes and another reads (a worker's report in a file,
 its health record in a pipe, a shutdown record that ``graceful timeline``
@@ -6,22 +6,20 @@ opens) is untrusted when read: :class:`FieldReader` reads one JSON object,
 refusing anything its reader does not expect with one :class:`ReportError`
 naming the field (``record.requests.rejected.draining: missing``), within
 bounds (:data:`MAX_ITEMS` entries, 10,000 characters, seconds up to 1e10:
-a machine's uptime, whole numbers up to 1e15). Pipes carry frames
-(:func:`frame`): 2 bytes of length, big-endian, then compact JSON;
-:class:`FrameReader` cuts a byte stream back into them. The values are
-:mod:`graceful.core.report`'s (files) and
-:mod:`graceful.healthport.snapshot`'s (the health pipe). Pure data, no I/O;
-any thread.
+a machine's uptime, whole numbers up to 1e15). The values are
+:mod:`graceful.core.report`'s (the shutdown record, a worker's part and
+metrics) and :mod:`graceful.healthport.snapshot`'s (a worker's health);
+between a Gunicorn master and its workers they travel in the channel's
+records (:mod:`graceful.gunicorn.channel`, which frames them). Pure data,
+no I/O; any thread.
 """
 
 from __future__ import annotations
 
-import json
-import struct
 from collections.abc import Callable, Mapping
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
-__all__ = ["FRAME_HEADER", "MAX_ITEMS", "FieldReader", "FrameReader", "ReportError", "frame"]
+__all__ = ["MAX_ITEMS", "FieldReader", "ReportError"]
 
 # Bounds what is read must keep (what graceful writes always does). Seconds reach a machine's uptime
 # (a report whose origin is the raw monotonic clock).
@@ -38,61 +36,6 @@ class ReportError(ValueError):
 
 _T = TypeVar("_T")
 _MISSING = object()
-_LENGTH = struct.Struct("!H")
-#: The bytes of a frame's length prefix.
-FRAME_HEADER = _LENGTH.size
-
-
-def frame(payload: object) -> bytes:
-    """``payload`` as one frame: 2 bytes of length (big-endian), then compact JSON (at most 65,535 bytes).
-
-    Raises ValueError when it does not fit; the caller keeps a frame within
-    ``PIPE_BUF`` when one ``write()`` must be atomic.
-    """
-    data = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
-    if not 0 < len(data) < 1 << 16:
-        raise ValueError(f"a frame holds 1 to 65535 bytes of JSON, got {len(data)}")
-    return _LENGTH.pack(len(data)) + data
-
-
-class FrameReader(Generic[_T]):
-    """Cuts a byte stream of frames into payloads: :meth:`feed` what was read, get what is now whole.
-
-    ``read(json, source)`` turns one payload (parsed JSON) into a value or
-    raises :class:`ReportError`. A payload that is not one is skipped and
-    counted (``malformed``); a length above ``max_frame`` means the stream
-    is lost (only a foreign writer can cause it): the buffer is dropped and
-    counted in ``lost``. Used by one thread.
-    """
-
-    def __init__(self, read: Callable[[object], _T], max_frame: int) -> None:
-        self._read = read
-        self._max = max_frame - FRAME_HEADER
-        self._buffer = bytearray()
-        self.malformed = 0
-        self.lost = 0
-
-    def feed(self, chunk: bytes) -> list[_T]:
-        """Add ``chunk``; return every value whose frame is now complete, in order."""
-        buffer = self._buffer
-        buffer += chunk
-        out: list[_T] = []
-        while len(buffer) >= FRAME_HEADER:
-            (length,) = _LENGTH.unpack_from(buffer)
-            if not 0 < length <= self._max:
-                self.lost += 1
-                buffer.clear()
-                break
-            end = FRAME_HEADER + length
-            if len(buffer) < end:
-                break
-            data = bytes(buffer[FRAME_HEADER:end])
-            del buffer[:end]
-            try:
-                out.append(self._read(json.loads(data)))
-            except (ValueError, RecursionError):  # ReportError; JSON or UTF-8 that does not decode, or nests deep
-                self.malformed += 1
-        return out
 
 
 class FieldReader:

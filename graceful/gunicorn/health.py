@@ -62,6 +62,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from graceful.core.codec import ReportError
 from graceful.core.lifecycle import Lifecycle
 from graceful.gunicorn.adapter.arbiter import Arbiter
 from graceful.gunicorn.channel import Kind, MasterChannel, Received
@@ -69,7 +70,7 @@ from graceful.gunicorn.metrics import ServerMetrics, WorkerMetrics
 from graceful.healthport.address import HealthAddress
 from graceful.healthport.runner import HealthRunner
 from graceful.healthport.server import HealthPort, register_at_fork_weakly
-from graceful.healthport.snapshot import RecordReader, Snapshot
+from graceful.healthport.snapshot import Snapshot
 from graceful.healthport.view import HealthView, Heard
 from graceful.metrics.snapshot import Snapshot as MetricsSnapshot
 from graceful.wsgi.middleware import as_middleware
@@ -260,13 +261,12 @@ class MasterHealth:
 
     def _decode(self, pid: int, received: Received) -> Snapshot | None:
         """Worker ``pid``'s health record; None (logged once per record) when it is not a snapshot of ``pid``."""
-        reader = RecordReader()
         try:
-            snapshots = reader.feed(received.payload)
-        except RecursionError:  # JSON nested beyond the parser
-            snapshots = []
-        if len(snapshots) == 1 and snapshots[0].pid == pid:
-            return snapshots[0]
+            snapshot: Snapshot | None = Snapshot.decode(received.payload)
+        except ReportError:
+            snapshot = None
+        if snapshot is not None and snapshot.pid == pid:
+            return snapshot
         if pid not in self._refused:
             self._refused.add(pid)
             logger.warning("graceful: refusing worker %d's health record: not a snapshot of that worker", pid)

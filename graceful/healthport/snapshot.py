@@ -6,22 +6,19 @@ one process of ``graceful serve``): whether it is stopping, each post-start
 hook's state, and the results of its liveness and readiness checks, taken
 by its :class:`~graceful.healthport.runner.HealthRunner`.
 
-The record format (a Gunicorn worker writes records into one pipe its
-master reads)::
+The record (a Gunicorn worker sends one through its channel to the master
+every second, :mod:`graceful.gunicorn.channel`, which frames it)::
 
-    2 bytes   length N of what follows, big-endian
-    N bytes   compact JSON: {"v": 1, "pid": 12, "s": false,
-                             "p": [[name, reason or null], ...],
-                             "l": [[name, ok, reason or null], ...],
-                             "r": [[name, ok, reason or null], ...]}
+    compact JSON: {"v": 1, "pid": 12, "s": false,
+                   "p": [[name, reason or null], ...],
+                   "l": [[name, ok, reason or null], ...],
+                   "r": [[name, ok, reason or null], ...]}
 
-A whole record is at most ``PIPE_BUF`` (4096) bytes, so its one ``write()``
-to a pipe is atomic and records of many writers never interleave. To fit,
-reasons are cut to 200 characters, then to 40, then dropped; should a
-process have more checks than even that leaves room for, its record says so
-with one failing check, ``health-snapshot``, rather than leave checks out.
-Framed and read with the one codec (:func:`graceful.core.codec.frame`,
-:class:`~graceful.core.codec.FrameReader`, :class:`~graceful.core.codec.FieldReader`):
+A record is at most :data:`MAX_RECORD` (4096) bytes, whatever the app's
+checks say: reasons are cut to 200 characters, then to 40, then dropped;
+should a process have more checks than even that leaves room for, its
+record says so with one failing check, ``health-snapshot``, rather than
+leave checks out. Read with the one codec (:class:`~graceful.core.codec.FieldReader`):
 any record that is not exactly this is refused by :meth:`ProcessHealth.decode` with
 the one :class:`~graceful.core.codec.ReportError` (a ValueError) naming the field.
 
@@ -34,13 +31,13 @@ import dataclasses
 import json
 import select
 
-from graceful.core.codec import FieldReader, FrameReader, ReportError, frame
+from graceful.core.codec import FieldReader, ReportError
 from graceful.wsgi.health import POST_START_PREFIX, CheckResult
 
-__all__ = ["MAX_RECORD", "ProcessHealth", "RecordReader", "Snapshot"]
+__all__ = ["MAX_RECORD", "ProcessHealth", "Snapshot"]
 
 _VERSION = 1
-#: The longest record, length included: a pipe write of at most PIPE_BUF bytes is atomic.
+#: The longest record (bytes): one page, the channel's bound on a health record.
 MAX_RECORD = select.PIPE_BUF
 _REASON_CUTS = (200, 40, 0)
 #: The check a record carries instead of the real ones when they do not fit.
@@ -73,13 +70,13 @@ class ProcessHealth:
     # -- the record ---------------------------------------------------------------------
 
     def record(self) -> bytes:
-        """The whole record (length, then JSON), at most :data:`MAX_RECORD` bytes."""
+        """The record's compact JSON, at most :data:`MAX_RECORD` bytes."""
         for cut in _REASON_CUTS:
-            data = frame(self._plain(cut))
+            data = _json(self._plain(cut))
             if len(data) <= MAX_RECORD:
                 return data
         bare = dataclasses.replace(self, post_start=(), liveness=(), readiness=(TOO_MANY,))
-        return frame(bare._plain(len(TOO_MANY.reason or "")))
+        return _json(bare._plain(len(TOO_MANY.reason or "")))
 
     def _plain(self, cut: int) -> dict[str, object]:
         def short(reason: str | None) -> str | None:
@@ -110,8 +107,7 @@ class ProcessHealth:
 
     @classmethod
     def decode(cls, data: bytes) -> ProcessHealth:
-        """Read a record's JSON (without its length); a ValueError (:class:`ReportError`) for anything but
-        :meth:`record`'s."""
+        """Read a record; a ValueError (:class:`ReportError`) for anything but :meth:`record`'s."""
         try:
             parsed = json.loads(data)
         except RecursionError:
@@ -125,16 +121,8 @@ class ProcessHealth:
 Snapshot = ProcessHealth
 
 
-class RecordReader(FrameReader[ProcessHealth]):
-    """Cuts a pipe's byte stream into health records: :meth:`feed` what was read, get the snapshots now whole.
-
-    The codec's :class:`~graceful.core.codec.FrameReader`: a
-    malformed record is skipped and counted (``malformed``), a length no
-    record can have drops the buffer (``lost``).
-    """
-
-    def __init__(self) -> None:
-        super().__init__(ProcessHealth.read, MAX_RECORD)
+def _json(value: object) -> bytes:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def _result(cells: list[FieldReader]) -> CheckResult:

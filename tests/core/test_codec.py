@@ -1,4 +1,4 @@
-"""Tests for graceful.core.codec: frames for pipes, and the reader that refuses what it does not expect."""
+"""Tests for graceful.core.codec: the reader that refuses what it does not expect."""
 
 from __future__ import annotations
 
@@ -6,41 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from graceful.core.codec import FieldReader, FrameReader, ReportError, frame
-
-
-class TestFrames:
-    def test_frames_in_any_chunks(self) -> None:
-        """Frames cut anywhere come back whole and in order."""
-        stream = frame({"n": 1}) + frame({"n": 2})
-        for cut in range(len(stream) + 1):
-            reader = FrameReader(lambda data: data, 4096)
-            assert reader.feed(stream[:cut]) + reader.feed(stream[cut:]) == [{"n": 1}, {"n": 2}]
-
-    def test_a_malformed_frame_is_skipped_and_counted(self) -> None:
-        """A frame whose JSON is not a value (or nests too deep, or fails its read) is skipped, the next read."""
-        deep = b"[" * 3000
-        stream = b"\x00\x03{x}" + len(deep).to_bytes(2, "big") + deep + frame("bad") + frame({"n": 1})
-
-        def read(data: object) -> object:
-            if data == "bad":
-                raise ReportError("bad: expected an object")
-            return data
-
-        reader = FrameReader(read, 4096)
-        assert reader.feed(stream) == [{"n": 1}]
-        assert (reader.malformed, reader.lost) == (3, 0)
-
-    def test_a_length_no_frame_has_drops_the_stream(self) -> None:
-        """A length above the bound (only a foreign writer makes one) drops the buffer and counts it lost."""
-        reader = FrameReader(lambda data: data, 64)
-        assert reader.feed(b"\x01\x00" + b"x" * 300) == []
-        assert reader.lost == 1
-
-    def test_too_big_to_frame(self) -> None:
-        """A payload over 65,535 bytes of JSON cannot be framed."""
-        with pytest.raises(ValueError, match="1 to 65535 bytes"):
-            frame("x" * 70_000)
+from graceful.core.codec import FieldReader, ReportError
 
 
 class TestFieldReader:

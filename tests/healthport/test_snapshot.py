@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import json
 import select
-import struct
 
 import pytest
 
 from graceful.core.codec import ReportError
-from graceful.healthport.snapshot import MAX_RECORD, TOO_MANY, RecordReader, Snapshot
+from graceful.healthport.snapshot import MAX_RECORD, TOO_MANY, Snapshot
 from graceful.wsgi.health import CheckResult
 
 
@@ -23,12 +22,6 @@ def snapshot(**changes: object) -> Snapshot:
     }
     values.update(changes)
     return Snapshot(**values)  # type: ignore[arg-type]
-
-
-def body(record: bytes) -> bytes:
-    (length,) = struct.unpack("!H", record[:2])
-    assert length == len(record) - 2
-    return record[2:]
 
 
 class TestSnapshot:
@@ -58,11 +51,11 @@ class TestRecord:
     def test_round_trip(self) -> None:
         """A record decodes to the snapshot it came from."""
         original = snapshot()
-        assert Snapshot.decode(body(original.record())) == original
+        assert Snapshot.decode(original.record()) == original
 
     def test_the_documented_format(self) -> None:
-        """Two bytes of length, then the compact JSON keys of the docstring."""
-        data = json.loads(body(snapshot(post_start=(("warm", None),), readiness=()).record()))
+        """The compact JSON keys of the docstring."""
+        data = json.loads(snapshot(post_start=(("warm", None),), readiness=()).record())
         assert data == {
             "v": 1,
             "pid": 4242,
@@ -73,18 +66,18 @@ class TestRecord:
         }
 
     def test_fits_pipe_buf(self) -> None:
-        """The longest record is PIPE_BUF bytes, length included: one atomic pipe write."""
+        """The longest record is MAX_RECORD bytes (PIPE_BUF: one page), whatever the checks say."""
         assert MAX_RECORD == select.PIPE_BUF
         reasons = tuple(CheckResult(f"check-{i}", False, "x" * 1000) for i in range(30))
         record = snapshot(readiness=reasons).record()
         assert len(record) <= MAX_RECORD
-        decoded = Snapshot.decode(body(record))
+        decoded = Snapshot.decode(record)
         assert [r.name for r in decoded.readiness] == [r.name for r in reasons]
         assert all(not r.ok and len(r.reason or "") <= 200 for r in decoded.readiness)
 
     def test_reasons_are_cut_before_checks_are_dropped(self) -> None:
         """Long reasons are cut to 200 characters first, when that is enough."""
-        decoded = Snapshot.decode(body(snapshot(readiness=(CheckResult("db", False, "y" * 5000),)).record()))
+        decoded = Snapshot.decode(snapshot(readiness=(CheckResult("db", False, "y" * 5000),)).record())
         assert decoded.readiness == (CheckResult("db", False, "y" * 200),)
 
     def test_too_many_checks_say_so(self) -> None:
@@ -92,14 +85,14 @@ class TestRecord:
         many = tuple(CheckResult(f"a-rather-long-check-name-{i:04d}", True) for i in range(400))
         record = snapshot(readiness=many).record()
         assert len(record) <= MAX_RECORD
-        decoded = Snapshot.decode(body(record))
+        decoded = Snapshot.decode(record)
         assert decoded.readiness == (TOO_MANY,) and not decoded.ready()
         assert decoded.pid == 4242
 
     def test_non_ascii_names(self) -> None:
         """Check names and reasons in any script survive the trip."""
         original = snapshot(readiness=(CheckResult("café", False, "日本"),))
-        assert Snapshot.decode(body(original.record())) == original
+        assert Snapshot.decode(original.record()) == original
 
     @pytest.mark.parametrize(
         "data",
@@ -141,32 +134,3 @@ class TestRecord:
         """A refused record raises the report codec's one error, naming the field that is wrong."""
         with pytest.raises(ReportError, match=field):
             Snapshot.decode(data)
-
-
-class TestRecordReader:
-    """RecordReader: cutting a pipe's byte stream into records."""
-
-    def test_records_split_anywhere(self) -> None:
-        """Records arriving in pieces of any size come out whole, in order."""
-        stream = snapshot(pid=1).record() + snapshot(pid=2).record() + snapshot(pid=3).record()
-        for size in (1, 2, 7, 100, len(stream)):
-            reader = RecordReader()
-            pids = []
-            for start in range(0, len(stream), size):
-                pids.extend(s.pid for s in reader.feed(stream[start : start + size]))
-            assert pids == [1, 2, 3]
-
-    def test_malformed_record_is_skipped(self) -> None:
-        """A record that does not decode is counted and skipped; the next one is read."""
-        reader = RecordReader()
-        bad = struct.pack("!H", 3) + b"{x}"
-        assert [s.pid for s in reader.feed(bad + snapshot(pid=7).record())] == [7]
-        assert reader.malformed == 1
-
-    @pytest.mark.parametrize("length", [0, MAX_RECORD - 1, 65535])
-    def test_impossible_length_drops_the_stream(self, length: int) -> None:
-        """A length no record has (0, or beyond PIPE_BUF) loses the buffer, counted; later records read."""
-        reader = RecordReader()
-        assert reader.feed(struct.pack("!H", length) + b"garbage") == []
-        assert reader.lost == 1
-        assert [s.pid for s in reader.feed(snapshot(pid=9).record())] == [9]
