@@ -108,6 +108,9 @@ _RULES: dict[str, _Rule] = {
     "metrics_on_app_port": _Rule(bool),
 }
 
+#: Each field by its ``GRACEFUL_*`` name.
+_NAMES = {env_name(name): name for name in _RULES}
+
 #: The fields each serving process uses for itself alone: a worker's app may set them (its ``app.config``,
 #: ``settings.GRACEFUL``) without its master knowing. The master acts on every other one (the delay, the
 #: hooks' bound, the drain and ``graceful_timeout``, the retry-after mode, the health port, the record).
@@ -179,11 +182,10 @@ def read_setting(key: str, raw: object) -> Any:
     ``graceful check``): a value read alone is not checked against the
     others (:meth:`Config.delay_problem`) nor against the budget.
     """
-    name = key[len("GRACEFUL_") :].lower() if key.startswith("GRACEFUL_") else ""
-    rule = _RULES.get(name)
-    if rule is None or env_name(name) != key:
+    name = _NAMES.get(key)
+    if name is None:
         raise ConfigError(_unknown(key))
-    return _parse(key, raw, rule)
+    return _parse(key, raw, _RULES[name])
 
 
 def delay_problem(maximum: float, floor: float | None, quiet_period: float | None) -> tuple[str, str] | None:
@@ -206,8 +208,7 @@ def delay_problem(maximum: float, floor: float | None, quiet_period: float | Non
 
 
 def _unknown(key: str) -> str:
-    known = ", ".join(sorted(env_name(name) for name in _RULES))
-    return f"{key} is not a graceful setting: expected one of {known}"
+    return f"{key} is not a graceful setting: expected one of {', '.join(sorted(_NAMES))}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -298,10 +299,9 @@ class Config:
         ``GRACEFUL_*`` names are an error, so a misspelt variable is not ignored.
         """
         environ = os.environ if environ is None else environ
-        known = {env_name(name) for name in _RULES}
         for source in (environ, mapping or {}):
             for key in source:
-                if key.startswith("GRACEFUL_") and key not in known:
+                if key.startswith("GRACEFUL_") and key not in _NAMES:
                     raise ConfigError(_unknown(key))
         values: dict[str, Any] = {}
         for name, rule in _RULES.items():

@@ -31,7 +31,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from graceful.core.config import ConfigError
+from graceful.core.config import ConfigError, env_name
 
 __all__ = ["ENVIRONMENT_VARIABLE", "SETTING", "DjangoSettings", "find_settings", "mapping"]
 
@@ -50,7 +50,7 @@ def mapping(value: object) -> dict[str, Any]:
             f"settings.{SETTING}={value!r} is not allowed: expected a dict of graceful settings,"
             " such as {'SHUTDOWN_DELAY': 5}"
         )
-    return {f"GRACEFUL_{key}": item for key, item in value.items()}
+    return {env_name("") + str(key): item for key, item in value.items()}
 
 
 class DjangoSettings:

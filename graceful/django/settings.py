@@ -116,11 +116,11 @@ def problems(environ: Mapping[str, str] | None = None) -> list[Problem]:
     found: list[Problem] = []
     for key, raw in environ.items():
         if key.startswith(_PREFIX):
-            found += _read_alone(key, key, from_environment={key: raw})
+            found += _read_alone(key, raw, key, in_environment=True)
     for setting, raw in value.items():
         key = _PREFIX + str(setting)
         if key not in environ:
-            found += _read_alone(key, f"settings.{SETTING}[{setting!r}]", from_settings={key: raw})
+            found += _read_alone(key, raw, f"settings.{SETTING}[{setting!r}]", in_environment=False)
     if found:
         return found
     try:
@@ -134,19 +134,13 @@ def problems(environ: Mapping[str, str] | None = None) -> list[Problem]:
     return []
 
 
-def _read_alone(
-    key: str,
-    source: str,
-    from_environment: Mapping[str, str] | None = None,
-    from_settings: Mapping[str, Any] | None = None,
-) -> list[Problem]:
-    """``key``'s one value read by graceful.Config: its problem, if any."""
-    raw = (from_environment or from_settings or {})[key]
+def _read_alone(key: str, raw: object, source: str, *, in_environment: bool) -> list[Problem]:
+    """``key``'s one value (read at ``source``) as graceful.Config reads it: its problem, if any."""
     try:
         read_setting(key, raw)
     except ConfigError as exc:
         kind = ProblemKind.VALUE if key in _KNOWN else ProblemKind.UNKNOWN
-        return [Problem(kind, source, str(exc), in_environment=from_environment is not None)]
+        return [Problem(kind, source, str(exc), in_environment=in_environment)]
     return []
 
 

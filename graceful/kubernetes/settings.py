@@ -44,6 +44,7 @@ class Settings:
         they are listed as unreadable and graceful's defaults are assumed.
         """
         accepted: dict[str, str] = {}
+        parsed: dict[str, Any] = {}  # the accepted values, as graceful reads them
         refused: list[tuple[str, str]] = []
         unreadable: list[str] = []
         for name, value in container.env.items():
@@ -56,7 +57,7 @@ class Settings:
                 unreadable.append(f"{name} (a $(VAR) reference)")
                 continue
             try:
-                read_setting(name, value)
+                parsed[name] = read_setting(name, value)
             except ConfigError as exc:
                 refused.append((name, str(exc)))
             else:
@@ -64,9 +65,9 @@ class Settings:
         unreadable.extend(container.env_from)
         # The floor against the maximum, the quiet period against the floor: together, as graceful reads them.
         # Refusing the floor can leave a quiet period without one: look again (each look drops a variable).
-        while (problem := _delay_problem(accepted)) is not None:
+        while (problem := _delay_problem(parsed)) is not None:
             refused.append(problem)
-            del accepted[problem[0]]
+            del accepted[problem[0]], parsed[problem[0]]
         config = Config.load(accepted)
         try:
             config.check_budget()
@@ -77,12 +78,11 @@ class Settings:
         return cls(config, accepted, tuple(refused), tuple(unreadable), refusal)
 
 
-def _delay_problem(accepted: Mapping[str, str]) -> tuple[str, str] | None:
+def _delay_problem(parsed: Mapping[str, Any]) -> tuple[str, str] | None:
     """The adaptive delay's settings that disagree, of values that each passed alone (defaults for the unset)."""
 
     def value(name: str) -> Any:
-        key = env_name(name)
-        return read_setting(key, accepted[key]) if key in accepted else getattr(_DEFAULTS, name)
+        return parsed.get(env_name(name), getattr(_DEFAULTS, name))
 
     return delay_problem(value("shutdown_delay"), value("shutdown_delay_min"), value("quiet_period"))
 
