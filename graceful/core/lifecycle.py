@@ -67,6 +67,7 @@ import weakref
 from collections.abc import Callable
 from typing import NoReturn, Protocol
 
+from graceful.core import sequences
 from graceful.core.admission import AdmissionLimit
 from graceful.core.budget import Budget
 from graceful.core.clock import Clock, MonotonicClock
@@ -170,32 +171,21 @@ class Lifecycle(Registrations):
         with self._lock:
             if self._driver is not None:
                 return
-            self._driver = threading.Thread(target=self._run_shutdown, name="graceful-shutdown", daemon=True)
+            self._driver = threading.Thread(
+                target=sequences.server_shutdown, args=(self,), name="graceful-shutdown", daemon=True
+            )
         self._driver.start()
-
-    def _run_shutdown(self) -> None:
-        self.run_until_not_accepting()
-        self.drain_and_clean_up()
 
     def run_until_not_accepting(self) -> None:
         """Run the first half of the timeline, up to NotAcceptingNewRequests, on the calling thread.
 
+        The steps are :func:`graceful.core.sequences.until_not_accepting`'s.
         Under Gunicorn the master runs this half; each worker runs
         :meth:`drain_and_clean_up` when it is stopped.
         """
-        self._timeline_running = True
-        # Stop reporting ready; start the pre-shutdown hooks, alongside the delay.
-        self.initiate_shutdown()
-        # Keep serving while load balancers notice /readyz failing: a fixed delay, or until quiet.
-        self._run_delay()
-        self.after_shutdown_delay.fire()
-        # Do not stop accepting before every pre-shutdown hook is done.
-        assert self._pre_batch is not None
-        self.report = self._pre_batch.wait() + self.report
-        self.pre_shutdown_hooks_stopped.fire()
-        self.stop_accepting()
+        sequences.until_not_accepting(self)
 
-    def _run_delay(self) -> None:
+    def run_delay(self) -> None:
         """Wait out the shutdown delay (fixed, or adaptive: :mod:`graceful.core.delay`) and log how it ended."""
         config = self.config
         t0 = self.shutdown_initiated.fired_at
@@ -241,9 +231,16 @@ class Lifecycle(Registrations):
         self.adapter = NullAdapter()
         self.registry.close(PRE_SHUTDOWN_HOOK, no_pre_shutdown_hooks)
 
+    def wait_pre_shutdown_hooks(self) -> None:
+        """Wait for every pre-shutdown hook (each bounded by its timeout), then fire PreShutdownHooksStopped."""
+        assert self._pre_batch is not None, "initiate_shutdown() first"
+        self.report = self._pre_batch.wait() + self.report
+        self.pre_shutdown_hooks_stopped.fire()
+
     def initiate_shutdown(self) -> None:
         """Fire ShutdownInitiated and start the pre-shutdown hooks (if this lifecycle runs them)."""
         with self._lock:
+            self._timeline_running = True  # the config in force is the one this shutdown runs with
             if self._pre_batch is None:
                 hooks = self.registry.close(PRE_SHUTDOWN_HOOK, "shutdown has begun")
                 if not self.run_pre_shutdown_hooks:
@@ -288,13 +285,8 @@ class Lifecycle(Registrations):
         """
         if not self._start_tail():
             return self.report
-        # Wait for in-flight requests to finish.
-        self._drain(drain_timeout)
-        self.in_flight_requests_drained.fire()
-        self.close_listeners()
-        # Run the cleanup tasks, all at once.
-        self._run_cleanup_tasks()
-        self.cleanup_finished.fire()
+        timeout = self.config.drain_timeout if drain_timeout is None else drain_timeout
+        sequences.drain_and_clean_up(self, timeout)
         self._tail_done.set()
         return self.report
 
@@ -313,10 +305,10 @@ class Lifecycle(Registrations):
         """
         if not self._start_tail():
             return
-        drained = self._drain(drain_timeout)
+        drained = self.drain(drain_timeout)
         if on_drained is not None:
             on_drained(drained)
-        self._run_cleanup_tasks()
+        self.run_cleanup_tasks()
         self._tail_done.set()
 
     def _start_tail(self) -> bool:
@@ -329,9 +321,8 @@ class Lifecycle(Registrations):
             self.clock.wait(self._tail_done, self.config.drain_timeout + self.longest_cleanup_timeout() + 1)
         return first
 
-    def _drain(self, drain_timeout: float | None) -> bool:
-        """Wait for in-flight requests, up to ``drain_timeout`` s (the config's when None); True if drained."""
-        timeout = self.config.drain_timeout if drain_timeout is None else drain_timeout
+    def drain(self, timeout: float) -> bool:
+        """Wait for in-flight requests, up to ``timeout`` s, warning of what it abandons; True if drained."""
         drained = self.drain_in_flight(timeout)
         if not drained:
             logger.warning(
@@ -342,7 +333,7 @@ class Lifecycle(Registrations):
             )
         return drained
 
-    def _run_cleanup_tasks(self) -> None:
+    def run_cleanup_tasks(self) -> None:
         """Run the cleanup tasks, all at once, and add their results to the report."""
         hooks = self.registry.close(CLEANUP_TASK, "cleanup has begun")
         self._cleanup_batch = HookBatch(
@@ -525,7 +516,9 @@ class Lifecycle(Registrations):
         assert signal.fired_at is not None
         if signal is self.shutdown_initiated:
             self._observe_shutdown()
-        if t0 is None:  # HasBeenReady, or a worker stopped by HUP, TTOU or recycling
+        if signal.learned:  # another process fired it (a Gunicorn worker's master) and logged it there
+            logger.debug("graceful: %s (learned)", signal.name, extra=log_fields("signal", signal=signal.name))
+        elif t0 is None:  # HasBeenReady, or a worker stopped by HUP, TTOU or recycling
             logger.info("graceful: %s", signal.name, extra=log_fields("signal", signal=signal.name))
         elif signal is self.shutdown_initiated:
             logger.info("graceful: %s", signal.name, extra=log_fields("signal", signal=signal.name, since_shutdown=0.0))

@@ -43,6 +43,8 @@ class LifecycleSignal:
         self._lock = threading.Lock()
         #: Monotonic time it fired, or None.
         self.fired_at: float | None = None
+        #: True when it fired in another process and this one learned it (:meth:`fire`'s ``at``).
+        self.learned = False
 
     def __repr__(self) -> str:
         return f"<LifecycleSignal {self.name} fired_at={self.fired_at}>"
@@ -56,16 +58,20 @@ class LifecycleSignal:
         """
         return self.fired_at is not None
 
-    def fire(self) -> bool:
+    def fire(self, at: float | None = None) -> bool:
         """Fire the signal; return True for the call that fired it, False if it had fired.
 
         The time is recorded and ``on_fire`` called before the event is set, so
-        whoever waits on it sees ``on_fire`` done.
+        whoever waits on it sees ``on_fire`` done. ``at``: the monotonic time
+        another process fired it (a Gunicorn worker learning its master's
+        fact, ``CLOCK_MONOTONIC`` being the machine's), marked :attr:`learned`;
+        else now, on the signal's clock.
         """
         with self._lock:
             if self.fired_at is not None:
                 return False
-            self.fired_at = self._clock.now()
+            self.learned = at is not None
+            self.fired_at = self._clock.now() if at is None else at
         try:
             if self._on_fire is not None:
                 self._on_fire(self)

@@ -51,6 +51,7 @@ import contextlib
 import enum
 import json
 import logging
+import math
 import os
 import select
 import selectors
@@ -110,8 +111,8 @@ REPORTS = frozenset(Kind) - FACTS
 
 #: The longest payload of each kind (bytes). A part is small (its samples are bounded); bigger is not one.
 MAX_PAYLOAD: dict[Kind, int] = {
-    Kind.SHUTDOWN_INITIATED: 0,
-    Kind.NOT_ACCEPTING: 0,
+    Kind.SHUTDOWN_INITIATED: 8,
+    Kind.NOT_ACCEPTING: 8,
     Kind.CLOSE_LISTENERS: 0,
     Kind.STOP_REASON: 64,
     Kind.HELLO: 20,
@@ -123,6 +124,8 @@ MAX_PAYLOAD: dict[Kind, int] = {
 }
 
 _HEADER = struct.Struct("!IB")
+#: A fact's payload: the master's monotonic time when it fired (none: the worker's own time stands in).
+_TIME = struct.Struct("!d")
 #: Upper bound (s) on a worker's wait to send a record the master waits for (drained, its part, its last metrics).
 REPORT_TIMEOUT = 2.0
 #: Seconds a worker waits to finish a record another thread's full buffer interrupted.
@@ -250,11 +253,15 @@ class MasterChannel:
 
     # -- the facts (master, any thread) --------------------------------------------------------
 
-    def fire(self, kind: Kind) -> None:
-        """Tell every worker, and every one forked later, the fact ``kind``; once (later calls do nothing)."""
+    def fire(self, kind: Kind, at: float | None = None) -> None:
+        """Tell every worker, and every one forked later, the fact ``kind``; once (later calls do nothing).
+
+        ``at``: the monotonic time it fired in the master, which the workers
+        take as theirs (``CLOCK_MONOTONIC`` is the machine's, not the process's).
+        """
         if kind not in FACTS or kind is Kind.STOP_REASON:
             raise ValueError(f"{kind.name} is not a fact the master fires")
-        self._set_fact(kind, b"", once=True)
+        self._set_fact(kind, b"" if at is None else _TIME.pack(at), once=True)
 
     def fired(self, kind: Kind) -> bool:
         """True once the fact ``kind`` fired."""
@@ -583,7 +590,7 @@ class WorkerChannel:
         self._send_lock = threading.Lock()
         self._read_lock = threading.Lock()
         self._reader = FrameReader(FACTS)
-        self._facts: set[Kind] = set()
+        self._facts: dict[Kind, float | None] = {}
         self._stop_reason = StopReason.BY_MASTER
         #: True once the master's end is closed (the master is gone).
         self.master_gone = False
@@ -639,9 +646,11 @@ class WorkerChannel:
                     self.master_gone = True
                     return
                 for kind, payload in self._reader.feed(chunk):
-                    self._facts.add(kind)
                     if kind is Kind.STOP_REASON:
+                        self._facts[kind] = None
                         self._stop_reason = _reason(payload)
+                    else:
+                        self._facts[kind] = _time(payload)
                 with contextlib.suppress(OSError):  # full: the waiters are being woken already
                     os.write(self._news_w, b"n")
                 if self._reader.error is not None:
@@ -652,6 +661,11 @@ class WorkerChannel:
         """True once the master sent the fact ``kind``."""
         self.poll()
         return kind in self._facts
+
+    def fired_at(self, kind: Kind) -> float | None:
+        """The master's monotonic time of the fact ``kind`` (None: not sent, or sent without one)."""
+        self.poll()
+        return self._facts.get(kind)
 
     def wait_for(self, kind: Kind, timeout: float) -> bool:
         """Wait up to ``timeout`` s for the fact ``kind``; True once the master sent it."""
@@ -733,6 +747,14 @@ def _pid(payload: bytes) -> int | None:
     """A hello's pid, or None."""
     text = payload.decode("ascii", "replace")
     return int(text) if text.isdigit() and 0 < int(text) < 1 << 31 else None
+
+
+def _time(payload: bytes) -> float | None:
+    """A fact's time, or None (no time, or not a finite one)."""
+    if len(payload) != _TIME.size:
+        return None
+    (at,) = _TIME.unpack(payload)
+    return at if math.isfinite(at) and at >= 0 else None
 
 
 def _reason(payload: bytes) -> StopReason:

@@ -1,45 +1,44 @@
-"""The Gunicorn master's part of the timeline: from the first SIGTERM to Gunicorn's own stop.
+"""The Gunicorn master's steps of the shutdown; their order is :mod:`graceful.core.sequences`'s.
 
 Runs in the master (arbiter) process; every contact with the arbiter goes
-through :class:`~graceful.gunicorn.adapter.arbiter.ArbiterAdapter`, which
-hands the main loop's SIGTERM handling to :meth:`MasterShutdown.on_term`
-(on the master's main thread):
+through :class:`~graceful.gunicorn.adapter.arbiter.ArbiterAdapter`.
+:meth:`MasterShutdown.install` (``when_ready``, main thread) hands three
+moments of Gunicorn's main loop to the master's sequence: each TERM it takes
+from its queue (:func:`~graceful.core.sequences.master_on_term`), each pass
+of the loop after its wait (:func:`~graceful.core.sequences.master_on_loop_pass`),
+and ``on_exit`` (:func:`~graceful.core.sequences.master_finish`, through
+:meth:`MasterShutdown.finish`). The steps here:
 
-* first TERM: tell every worker ShutdownInitiated (their ``/readyz``
-  fails, responses get ``Connection: close``), tell systemd ``STOPPING=1``,
-  and start the ``graceful-shutdown`` thread, which runs the delay and the
-  pre-shutdown hooks, then closes the listeners once their accept queues are
-  empty (default mode) or keeps them open until every worker reports it has
-  drained (send_retry_after mode). It then hands over: it wakes the main loop
-  with one more TERM (:meth:`~graceful.gunicorn.adapter.arbiter.Arbiter.wake_to_stop`);
-* that TERM: Gunicorn's own graceful ``stop()`` proceeds (workers get TERM,
-  drain and run their cleanup tasks in ``worker_exit``), and a trap is armed so
-  that any further TERM exits 1 at once;
-* a second TERM before the hand-over: exit 1 at once.
+* the first TERM's: systemd ``STOPPING=1``, the ``graceful-shutdown``
+  thread (the delay, the hooks, the listeners closed once their accept
+  queues are empty, or every worker's drain awaited in send_retry_after
+  mode), then the hand-over: Gunicorn's own wake-up of its loop, whose
+  next pass stops the workers and halts Gunicorn (its ``halt()``). No
+  signal is forged and nothing is raised for the loop to catch;
+* a second TERM before the workers stop: exit 1 at once; after, our OS
+  handler in front of Gunicorn's sends it to a trap that exits 1.
 
 SIGINT and SIGQUIT keep Gunicorn's quick stop; HUP, TTIN, TTOU, USR1, USR2
 keep their meaning and never start the timeline (HUP and TTOU first tell the
 workers why, :mod:`graceful.gunicorn.stop_reason`).
 
 The master and each worker talk through their channel
-(:mod:`graceful.gunicorn.channel`): the facts go out as they fire, the
-workers' reports come back to one reader thread.
+(:mod:`graceful.gunicorn.channel`): the facts go out as they fire, with the
+master's time; the workers' reports come back to one reader thread.
 
 A TERM while a USR2 peer serves the same sockets (:mod:`graceful.gunicorn.upgrade`)
 is a process stop: this master's workers stop at once (stop accepting, drain,
 clean up) and it exits; no pre-shutdown hook, no delay, no readiness change,
 no systemd STOPPING=1. The last master standing runs the timeline.
 
-In ``on_exit`` (:meth:`MasterShutdown.finish`, main thread) the master merges
-its own part of the shutdown record with the parts its workers sent
-through their channels and leaves the server's
+In ``on_exit`` the master merges its own part of the shutdown record with
+the parts its workers sent through their channels and leaves the server's
 record: the log line, ``GRACEFUL_REPORT_FILE``, the termination message
 (:mod:`graceful.process.termination`).
 """
 
 from __future__ import annotations
 
-import enum
 import json
 import logging
 import os
@@ -52,13 +51,14 @@ from typing import NoReturn
 from graceful.core.budget import seconds_left
 from graceful.core.lifecycle import Lifecycle
 from graceful.core.record import ROLE_MASTER, ProcessPart, part_of, record_of
+from graceful.core.sequences import MasterPhase, master_finish, master_on_loop_pass, master_on_term
 from graceful.gunicorn.adapter.arbiter import Arbiter, GunicornHandler
 from graceful.gunicorn.channel import Kind, MasterChannel
 from graceful.gunicorn.health import MasterHealth
 from graceful.gunicorn.shared import ArrivalBoard
 from graceful.gunicorn.stop_reason import StopReason
 from graceful.gunicorn.upgrade import Peer, live_peer
-from graceful.process.exit import exit_process, skip_exit_collections
+from graceful.process.exit import exit_process
 from graceful.process.sockets import close_after_queue_drains
 from graceful.process.termination import leave_record
 from graceful.process.trap import SignalTrap
@@ -73,17 +73,12 @@ QUEUE_DRAIN_TIMEOUT = 5.0
 PARTS_TIMEOUT = 1.0
 
 
-class _Phase(enum.Enum):
-    SERVING = "serving"
-    SHUTTING_DOWN = "shutting down"
-    HANDED_OVER = "handed over"
-
-
 class MasterShutdown:
-    """One Gunicorn master's shutdown; kept on the arbiter (:func:`graceful.gunicorn.adapter.attach`).
+    """One Gunicorn master's shutdown steps (:class:`~graceful.core.sequences.MasterSide`); kept on the arbiter.
 
     Created in ``on_starting`` (main thread, before the first fork) and so
-    never re-created on HUP, even when the config file is re-executed.
+    never re-created on HUP, even when the config file is re-executed
+    (:func:`graceful.gunicorn.adapter.attach`).
     """
 
     def __init__(self, arbiter: Arbiter, lifecycle: Lifecycle, exit: Callable[[int], NoReturn] = exit_process) -> None:
@@ -97,7 +92,8 @@ class MasterShutdown:
         self.arrivals = ArrivalBoard()
         # The adaptive delay ends on the server's quiet: every worker's arrivals.
         lifecycle.last_arrival = self.arrivals.last
-        self.phase = _Phase.SERVING
+        #: Where the shutdown is (:class:`~graceful.core.sequences.MasterPhase`); our OS handler reads it.
+        self.phase = MasterPhase.SERVING
         self._trap: SignalTrap | None = None
         self._quick = False
         #: The USR2 peer that serves on while this master stops alone (a process stop), if any.
@@ -114,18 +110,20 @@ class MasterShutdown:
     def install(self) -> None:
         """Take over SIGTERM (``when_ready``, main thread).
 
-        The main loop's TERM handling becomes :meth:`on_term`; our OS
-        handler in front of Gunicorn's sends TERMs that arrive after the
-        hand-over (when Gunicorn's ``stop()`` would drop them) to a trap that
-        exits 1. HUP and TTOU first say why the workers they stop stop.
+        The main loop's TERM handling and each of its passes go to the
+        master's sequence; our OS handler in front of Gunicorn's sends TERMs
+        that arrive once the workers are being stopped (when Gunicorn would
+        drop them) to a trap that exits 1. HUP and TTOU first say why the
+        workers they stop stop.
         """
         arbiter = self.arbiter
-        arbiter.on_term(self.on_term)
+        arbiter.on_term(lambda: master_on_term(self))
+        arbiter.after_loop_wait(lambda: master_on_loop_pass(self))
         if self.health is not None:
             self.health.start()
         arbiter.before_reload(lambda: self.channel.set_stop_reason(StopReason.RELOAD))
         arbiter.before_control_worker_kill(lambda: self.channel.set_stop_reason(StopReason.CONTROL_KILL))
-        self._trap = SignalTrap(lambda _signum: None, signals=(), exit=self._exit_now).start(armed=True)
+        self._trap = SignalTrap(lambda _signum: None, signals=(), exit=self.exit_now).start(armed=True)
         arbiter.front_os_signals((signal.SIGTERM, signal.SIGINT, signal.SIGQUIT), self._os_handler)
 
     def workers_changed(self, new: int, old: int | None) -> None:
@@ -138,38 +136,21 @@ class MasterShutdown:
 
     def _os_handler(self, signum: int, frame: FrameType | None, gunicorn_handler: GunicornHandler | None) -> None:
         # Inside the OS signal handler: only read and set plain attributes, and queue.
-        handed_over = self.phase is _Phase.HANDED_OVER
-        if handed_over and signum == signal.SIGTERM and self._trap is not None:
+        stopping = self.phase is MasterPhase.STOPPING_WORKERS
+        if stopping and signum == signal.SIGTERM and self._trap is not None:
             self._trap.handle(signum, frame)
             return
-        if handed_over:  # SIGINT or SIGQUIT while the workers drain: quick stop
+        if stopping:  # SIGINT or SIGQUIT while the workers drain: quick stop
             self._quick = True
         if gunicorn_handler is not None:
             gunicorn_handler(signum, frame)
 
-    def on_term(self) -> bool:
-        """Gunicorn's main loop calls this for SIGTERM, on the master's main thread; True: Gunicorn stops now."""
-        if self.phase is _Phase.SERVING:
-            peer = live_peer(self.arbiter)
-            if peer is not None:
-                # Gunicorn's stop() then closes only this master's copies of the sockets.
-                self._stop_for(peer)
-                return True
-            self.phase = _Phase.SHUTTING_DOWN
-            logger.info("graceful: SIGTERM: shutting down gracefully (send it again to exit at once)")
-            self.arbiter.notify_systemd("STOPPING=1")
-            self.lifecycle.initiate_shutdown()
-            self._start_thread()
+    def stops_alone(self) -> bool:
+        """See :meth:`MasterSide.stops_alone` (main thread, at a TERM)."""
+        peer = live_peer(self.arbiter)
+        if peer is None:
             return False
-        if self.phase is _Phase.HANDED_OVER:
-            # The hand-over's TERM: stop the workers, then let Gunicorn's stop() finish.
-            self._stop_workers()
-            return True
-        logger.warning("graceful: second SIGTERM: exiting with status 1 at once")
-        self._exit_now(1)
-
-    def _stop_for(self, peer: Peer) -> None:
-        """A process stop (main thread): ``peer`` serves the sockets on; stop this master's workers, exit."""
+        # Gunicorn's stop() then closes only this master's copies of the sockets.
         logger.info(
             "graceful: SIGTERM with a live %s master (pid %d) on the same sockets: stopping this"
             " master's workers only (no pre-shutdown hooks, no delay)",
@@ -178,30 +159,51 @@ class MasterShutdown:
         )
         self.peer = peer
         self.channel.set_stop_reason(StopReason.UPGRADE)
-        self.phase = _Phase.HANDED_OVER
-        self._stop_workers()
+        return True
 
-    def _stop_workers(self) -> None:
-        """TERM the workers and reap them as they exit (main thread), within graceful_timeout; then the dirty pool.
+    def announce_shutdown(self) -> None:
+        """See :meth:`MasterSide.announce_shutdown`."""
+        logger.info("graceful: SIGTERM: shutting down gracefully (send it again to exit at once)")
+        self.arbiter.notify_systemd("STOPPING=1")
+
+    def in_background(self, sequence: Callable[[], None]) -> None:
+        """See :meth:`MasterSide.in_background`."""
+        threading.Thread(target=sequence, name="graceful-shutdown", daemon=True).start()
+
+    def exit_at_once(self) -> NoReturn:
+        """See :meth:`MasterSide.exit_at_once`."""
+        logger.warning("graceful: second SIGTERM: exiting with status 1 at once")
+        self.exit_now(1)
+
+    def stop_workers(self) -> bool:
+        """TERM the workers and reap them as they exit (main thread), within graceful_timeout.
 
         Gunicorn's ``stop()`` would do the same, but looks only every 0.1 s and
         sleeps once more after the last worker is gone; reaping here ends the
         shutdown within a few ms of the last worker's exit. A SIGINT/SIGQUIT
-        meanwhile switches to the quick stop, as in Gunicorn.
+        meanwhile switches to the quick stop, as in Gunicorn: False.
         """
         arbiter = self.arbiter
         gone = self._stop_and_reap(
             arbiter.signal_workers, arbiter.reap, lambda: bool(arbiter.worker_pids()), arbiter.graceful_timeout()
         )
         if gone is None:  # the quick stop: Gunicorn's own stop() finishes it, the dirty pool included
-            return
+            return False
         if not gone:
             left = len(arbiter.worker_pids())
             logger.warning("graceful: %d worker(s) still running after graceful_timeout: killing", left)
             arbiter.signal_workers(signal.SIGKILL)
-        self._stop_dirty_pool()
+        return True
 
-    def _stop_dirty_pool(self) -> None:
+    def halt_server(self) -> None:
+        """See :meth:`MasterSide.halt_server`."""
+        self.arbiter.halt_gunicorn()
+
+    def close(self) -> None:
+        """See :meth:`MasterSide.close`."""
+        self.channel.close()
+
+    def stop_dirty_pool(self) -> None:
         """After the HTTP workers (main thread): stop Gunicorn 27's dirty pool and reap it, bounded.
 
         The requests waiting on its tasks were served by then. Gunicorn's own
@@ -244,7 +246,7 @@ class MasterShutdown:
             clock.wait(pause, 0.005)
         return not alive()
 
-    def _exit_now(self, code: int) -> NoReturn:
+    def exit_now(self, code: int) -> NoReturn:
         """Second signal (trap thread or main thread): kill the workers and exit ``code`` without waiting.
 
         SIGKILL, not Gunicorn's SIGQUIT: a worker in the middle of its drain or
@@ -256,22 +258,14 @@ class MasterShutdown:
         finally:
             self._exit(code)
 
-    def _start_thread(self) -> None:
-        threading.Thread(target=self._run, name="graceful-shutdown", daemon=True).start()
-
     # -- graceful-shutdown thread -------------------------------------------------
 
-    def _run(self) -> None:
-        lifecycle = self.lifecycle
-        lifecycle.run_until_not_accepting()
-        if lifecycle.config.send_retry_after:
-            # Workers answer 429 meanwhile; each reports when its own requests are done.
-            timeout = self._remaining_budget(lifecycle.config.drain_timeout)
-            drained = self.channel.wait_all(Kind.DRAINED, self.arbiter.worker_pids, timeout)
-            if not drained:
-                logger.warning("graceful: not every worker drained within %gs", lifecycle.config.drain_timeout)
-            lifecycle.close_listeners()
-        self._hand_over()
+    def wait_workers_drained(self) -> None:
+        """See :meth:`MasterSide.wait_workers_drained`."""
+        drain_timeout = self.lifecycle.config.drain_timeout
+        timeout = self._remaining_budget(drain_timeout)
+        if not self.channel.wait_all(Kind.DRAINED, self.arbiter.worker_pids, timeout):
+            logger.warning("graceful: not every worker drained within %gs", drain_timeout)
 
     def stop_listening(self) -> None:
         """ServerAdapter (graceful-shutdown thread): stop listening without resetting queued connections.
@@ -299,41 +293,28 @@ class MasterShutdown:
         now = lifecycle.clock.now()
         return seconds_left(lifecycle.shutdown_initiated.fired_at, lifecycle.config.grace_period, now, cap)
 
-    def _hand_over(self) -> None:
-        """Wake Gunicorn's main loop, which calls :meth:`on_term` and stops."""
-        self.phase = _Phase.HANDED_OVER
-        self.arbiter.wake_to_stop()
+    def hand_over(self) -> None:
+        """See :meth:`MasterSide.hand_over`: Gunicorn's own wake-up, no signal."""
+        self.arbiter.wake()
 
     # -- any thread ---------------------------------------------------------------
 
-    def on_signal(self, name: str, _at: float) -> None:
-        """Lifecycle listener (the firing thread): tell the workers, tell systemd."""
+    def on_signal(self, name: str, at: float) -> None:
+        """Lifecycle listener (the firing thread): tell the workers, with its time; tell systemd."""
         if name == "ShutdownInitiated":
-            self.channel.fire(Kind.SHUTDOWN_INITIATED)
+            self.channel.fire(Kind.SHUTDOWN_INITIATED, at)
         elif name == "NotAcceptingNewRequests":
-            self.channel.fire(Kind.NOT_ACCEPTING)
+            self.channel.fire(Kind.NOT_ACCEPTING, at)
         self.arbiter.notify_systemd(f"STATUS=graceful: {name}")
 
     def finish(self) -> None:
-        """``on_exit`` (main thread): every worker has drained and cleaned up; leave the shutdown record."""
-        if self.phase is _Phase.SERVING:  # a quick stop (INT, QUIT): no graceful shutdown to record
-            self.channel.close()
-            return
-        if self.peer is not None:  # a process stop: the server's shutdown is the last master's to record
-            self.channel.close()
+        """``on_exit`` (main thread): every worker has drained and cleaned up; the sequence's last steps."""
+        master_finish(self, process_stop=self.peer is not None)
+        if self.peer is not None:
             logger.info("graceful: master %d stopped; pid %d serves", os.getpid(), self.peer.pid)
-            return
-        self.lifecycle.in_flight_requests_drained.fire()
-        self.lifecycle.cleanup_finished.fire()
-        self._leave_record()
-        if self.lifecycle.hung_hooks:
-            # Interpreter exit would join the hung hook's thread forever.
-            self.lifecycle.exit(0)
-        # Gunicorn's sys.exit follows: an exit without its collections over this whole heap (30-100 ms).
-        skip_exit_collections()
 
-    def _leave_record(self) -> None:
-        """Merge the master's part with the workers' and leave the server's record; never raises."""
+    def leave_record(self) -> None:
+        """See :meth:`MasterSide.leave_record`: the master's part merged with the workers'; never raises."""
         from graceful import __version__
 
         try:

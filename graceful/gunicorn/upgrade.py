@@ -1,6 +1,7 @@
 """Binary upgrade (USR2): is another master serving this master's sockets right now?
 
-Runs in a master, main thread, when it gets SIGTERM (``MasterShutdown.on_term``).
+Runs in a master, main thread, when it gets SIGTERM (``MasterShutdown.stops_alone``,
+from :func:`graceful.core.sequences.master_on_term`).
 Gunicorn 22-27 keep the same bookkeeping, read through
 :class:`~graceful.gunicorn.adapter.arbiter.Arbiter`:
 

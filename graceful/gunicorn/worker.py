@@ -1,30 +1,31 @@
-"""Each Gunicorn worker's part of the timeline: readiness, admission, drain and cleanup.
+"""Each Gunicorn worker's steps of the shutdown; their order is :mod:`graceful.core.sequences`'s.
 
 Runs in a worker process (sync, gthread or gevent; Gunicorn 22-27), forked
 from the master with a copy of ``graceful.default_lifecycle``:
 
-* ``post_fork`` (worker main thread): fresh locks; pre-shutdown hooks belong
+* ``post_fork`` (worker main thread): the lifecycle becomes a worker's
+  (``Lifecycle.become_worker``): fresh locks; pre-shutdown hooks belong
   to the master, so registering one here fails with the fix in the message;
 * ``post_worker_init`` (worker main thread, app loaded; under gevent after
   its monkey-patching): the budget is checked with the app's own cleanup
   tasks, a gevent worker is prepared (:mod:`.adapter.gevent`), the app is
   wrapped in :class:`GracefulMiddleware`, post-start hooks start, the
-  ``graceful-watch`` thread waits for the master's facts on the worker's
-  channel (:mod:`.channel`) to fire the worker's own ShutdownInitiated and
-  NotAcceptingNewRequests, and the
-  worker's stop is taken over (:mod:`.process_stop`; gthread:
-  :mod:`.recycling`);
+  ``graceful-watch`` thread runs :func:`~graceful.core.sequences.worker_watch`
+  (the master's facts, read from the worker's channel, :mod:`.channel`,
+  set the worker's ShutdownInitiated and NotAcceptingNewRequests at the
+  master's time), and the worker's stop is taken over (:mod:`.process_stop`;
+  gthread: :mod:`.recycling`);
 * ``pre_request`` (a request thread): ``Connection: close`` once shutdown
   began, or once this worker is stopping;
 * ``worker_abort`` (inside the SIGABRT handler, the worker's timeout): noted;
 * ``worker_exit`` (worker main thread, after Gunicorn stopped accepting, on
-  every exit): wait for the in-flight requests (bounded by drain_timeout),
-  run the cleanup tasks, send this worker's part of the shutdown record to
-  the master (in a server shutdown; a process stop only logs it, at DEBUG),
-  exit. The server's shutdown logs the lifecycle's signals; a process stop
-  (recycled, HUP, TTOU, upgrade, timeout) logs the worker's own lines. It
-  also runs in the master when Gunicorn finds a worker already gone; that
-  call is ignored.
+  every exit): :func:`~graceful.core.sequences.worker_exit`: wait for the
+  in-flight requests (bounded by drain_timeout), run the cleanup tasks,
+  send this worker's part of the shutdown record to the master (in a server
+  shutdown; a process stop only logs it, at DEBUG), exit. The server's
+  shutdown logs the lifecycle's signals; a process stop (recycled, HUP,
+  TTOU, upgrade, timeout) logs the worker's own lines. It also runs in the
+  master when Gunicorn finds a worker already gone; that call is ignored.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ from graceful.core.budget import graceful_timeout_problem
 from graceful.core.config import ConfigError
 from graceful.core.lifecycle import Lifecycle, SignalListener
 from graceful.core.record import ROLE_WORKER, part_of
+from graceful.core.sequences import worker_exit, worker_watch
+from graceful.core.signals import LifecycleSignal
 from graceful.core.stats import REASON_REFUSED_STREAM
 from graceful.gunicorn.adapter.refusal import WorkerRefused
 from graceful.gunicorn.adapter.worker import Worker
@@ -63,6 +66,9 @@ QUEUE_DRAIN_TIMEOUT = 5.0
 ACCEPTED_SETTLE = 0.05
 
 __all__ = ["WorkerShutdown"]
+
+#: The master's facts a worker learns, by the lifecycle signal each sets.
+_FACTS = {"ShutdownInitiated": Kind.SHUTDOWN_INITIATED, "NotAcceptingNewRequests": Kind.NOT_ACCEPTING}
 
 logger = logging.getLogger(__name__)
 
@@ -146,7 +152,7 @@ class WorkerShutdown:
         gthread = None if loop is None else GthreadStop(loop)
         self.stop.install(lifecycle.config.drain_timeout, gthread, gevent, self._start_http2())
         lifecycle.run_post_start_hooks()
-        threading.Thread(target=self._watch, name="graceful-watch", daemon=True).start()
+        threading.Thread(target=worker_watch, args=(self,), name="graceful-watch", daemon=True).start()
         self._booted = True
 
     def _drain_begins(self) -> None:
@@ -171,25 +177,22 @@ class WorkerShutdown:
         self.at_exit.append(lambda: drain.log_counts(self.pid))
         return drain
 
-    def _watch(self) -> None:
-        """Thread ``graceful-watch``: mirror the master's facts into this worker's lifecycle."""
-        lifecycle = self.lifecycle
-        channel = self.channel
-        for fact, local in (
-            (Kind.SHUTDOWN_INITIATED, lifecycle.shutdown_initiated),
-            (Kind.NOT_ACCEPTING, lifecycle.not_accepting_new_requests),
-        ):
-            while not channel.wait_for(fact, timeout=1.0):
-                pass
-            local.fire()
-        if lifecycle.config.send_retry_after:
-            # The master keeps the listeners open until every worker says it drained.
-            lifecycle.drain_in_flight(lifecycle.config.drain_timeout)
-            channel.send(Kind.DRAINED, timeout=REPORT_TIMEOUT)
-        # The master says so when it cannot stop the listening itself (reuse_port, or listeners
-        # shared with another master); otherwise it never does, and this daemon thread waits on.
-        while not channel.wait_for(Kind.CLOSE_LISTENERS, timeout=1.0):
-            pass
+    # -- graceful-watch thread: the steps of worker_watch --------------------------------------
+
+    def learn(self, signal: LifecycleSignal) -> None:
+        """See :meth:`WorkerSide.learn`: the master's fact, at the master's time (this worker's if it sent none)."""
+        fact = _FACTS[signal.name]
+        while not self.channel.wait_for(fact, timeout=1.0):
+            pass  # a daemon thread: waits as long as the worker serves
+        signal.fire(at=self.channel.fired_at(fact) or self.lifecycle.clock.now())
+
+    def wait_to_close_listeners(self) -> None:
+        """See :meth:`WorkerSide.wait_to_close_listeners`."""
+        while not self.channel.wait_for(Kind.CLOSE_LISTENERS, timeout=1.0):
+            pass  # the master never says so when it stops the listening itself: this daemon thread waits on
+
+    def stop_listening(self) -> None:
+        """See :meth:`WorkerSide.stop_listening`."""
         if self.own_listeners:
             # Nobody else accepts on them: close them once their queues are empty.
             close_after_queue_drains(self.worker.sockets(), QUEUE_DRAIN_TIMEOUT)
@@ -197,7 +200,14 @@ class WorkerShutdown:
             self.stop.stop_accepting()
             # Let the connections it has just accepted send their request before it reports.
             time.sleep(ACCEPTED_SETTLE)
-        channel.send(Kind.LISTENERS_CLOSED, timeout=REPORT_TIMEOUT)
+
+    def report_drained(self) -> None:
+        """See :meth:`WorkerSide.report_drained`."""
+        self.channel.send(Kind.DRAINED, timeout=REPORT_TIMEOUT)
+
+    def report_listeners_closed(self) -> None:
+        """See :meth:`WorkerSide.report_listeners_closed`."""
+        self.channel.send(Kind.LISTENERS_CLOSED, timeout=REPORT_TIMEOUT)
 
     @property
     def stopping(self) -> bool:
@@ -215,16 +225,51 @@ class WorkerShutdown:
         self.timed_out = True
 
     def exit(self) -> None:
-        """``worker_exit`` (worker main thread): drain, clean up, and exit."""
+        """``worker_exit`` (worker main thread): :func:`~graceful.core.sequences.worker_exit`."""
         if os.getpid() != self.pid:  # Gunicorn also calls worker_exit in the master
             return
+        worker_exit(self)
+
+    # -- worker main thread, worker_exit: the steps of worker_exit ------------------------------
+
+    @property
+    def booted(self) -> bool:
+        """See :meth:`WorkerSide.booted`."""
+        return self._booted
+
+    @property
+    def server_stops(self) -> bool:
+        """See :meth:`WorkerSide.server_stops`."""
+        return self.stop.server_stop
+
+    def begin_stop(self) -> float:
+        """See :meth:`WorkerSide.begin_stop`."""
+        stop = self.stop
+        if self.timed_out:
+            # The hung request is lost anyway and the master SIGKILLs soon: straight to the cleanup.
+            stop.begin(StopReason.TIMEOUT)
+            return 0.0
+        stop.begin(stop.reason_now(), at=stop.term_at)
+        return stop.drain_time_left()
+
+    def stop_alone(self, drain_timeout: float) -> None:
+        """See :meth:`WorkerSide.stop_alone`."""
         lifecycle = self.lifecycle
-        if not self._booted:
-            # It never served: only the cleanup tasks (the app may have opened what they close).
-            lifecycle.stop_process(0.0)
-        else:
-            self._drain_and_clean_up()
-        self._leave_part()
+
+        def drained(done: bool) -> None:
+            if done:  # else the lifecycle warned of the requests it abandoned
+                figures = lifecycle.stats.drain
+                assert figures is not None and figures.ended_at is not None  # the drain has just ended
+                took = figures.ended_at - figures.started_at
+                logger.info("graceful: worker %d drained %d request(s) in %.3fs", self.pid, figures.in_flight, took)
+
+        lifecycle.stop_process(drain_timeout, on_drained=drained)
+        assert self.stop.reason is not None  # not the server's stop
+        logger.info("graceful: worker %d stopped (%s)", self.pid, self.stop.reason.value)
+
+    def end(self) -> None:
+        """See :meth:`WorkerSide.end`."""
+        lifecycle = self.lifecycle
         for callback in self.at_exit:
             try:
                 callback()
@@ -239,34 +284,8 @@ class WorkerShutdown:
         # Gunicorn's sys.exit follows: an exit without its collections over this whole heap (30-100 ms).
         skip_exit_collections()
 
-    def _drain_and_clean_up(self) -> None:
-        """The server's stop logs its signals; a process stop logs this worker's own lines."""
-        stop = self.stop
-        if self.timed_out:
-            # The hung request is lost anyway and the master SIGKILLs soon: straight to the cleanup.
-            stop.begin(StopReason.TIMEOUT)
-            remaining = 0.0
-        else:
-            stop.begin(stop.reason_now(), at=stop.term_at)
-            remaining = stop.drain_time_left()
-        lifecycle = self.lifecycle
-        if stop.server_stop:
-            lifecycle.drain_and_clean_up(drain_timeout=remaining)
-            return
-
-        def drained(done: bool) -> None:
-            if done:  # else the lifecycle warned of the requests it abandoned
-                figures = lifecycle.stats.drain
-                assert figures is not None and figures.ended_at is not None  # the drain has just ended
-                took = figures.ended_at - figures.started_at
-                logger.info("graceful: worker %d drained %d request(s) in %.3fs", self.pid, figures.in_flight, took)
-
-        lifecycle.stop_process(remaining, on_drained=drained)
-        assert stop.reason is not None  # not the server's stop
-        logger.info("graceful: worker %d stopped (%s)", self.pid, stop.reason.value)
-
-    def _leave_part(self) -> None:
-        """This worker's part of the shutdown record: to the master in a server shutdown, else a DEBUG line.
+    def leave_part(self) -> None:
+        """See :meth:`WorkerSide.leave_part`.
 
         Sent before the worker exits, waiting (bounded) for room: the master
         reads this worker's channel to its end before it builds the record.
@@ -279,7 +298,7 @@ class WorkerShutdown:
         except Exception:  # logged: the record must never change how the worker exits
             logger.exception("graceful: worker %d could not build its part of the shutdown record", self.pid)
             return
-        # The server's stop as the stop saw it (the master's fact): the watch thread may not have mirrored it yet.
+        # The server's stop as the stop saw it (the master's fact): the watch thread may not have learned it yet.
         if self.stop.server_stop or lifecycle.shutdown_initiated.is_set():
             if not self.channel.send_json(Kind.PART, part.to_json(), timeout=REPORT_TIMEOUT):
                 logger.warning("graceful: worker %d could not send its part of the shutdown record", self.pid)

@@ -4,7 +4,8 @@
 and :class:`FakeWorker` :class:`graceful.gunicorn.adapter.worker.Worker`. Each
 records what graceful asked of it, in order, in ``calls``, and lets a test play
 Gunicorn's part: deliver the main loop's TERM (:meth:`FakeArbiter.term`), a
-HUP or TTOU, an OS signal, workers that exit when TERMed or linger.
+pass of its loop (:meth:`FakeArbiter.loop_pass`), a HUP or TTOU, an OS
+signal, workers that exit when TERMed or linger.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ class FakeArbiter:
         self.woken = threading.Event()
         #: Called by reap (as a child exit or a signal arriving while the master reaps would).
         self.on_reap: Callable[[], object] | None = None
-        self._term: Callable[[], bool] | None = None
+        self._term: Callable[[], object] | None = None
         self._before: dict[str, list[Callable[[], object]]] = {}
         self._os_handler: OsSignalHandler | None = None
         self.gunicorn_os_signals: list[int] = []
@@ -122,9 +123,12 @@ class FakeArbiter:
         if signum in self.exit_on:
             self.workers.clear()
 
-    def wake_to_stop(self) -> None:
+    def wake(self) -> None:
         self.calls.append("wake")
         self.woken.set()
+
+    def halt_gunicorn(self) -> None:
+        self.calls.append("halt")
 
     def dirty_pid(self) -> int:
         return self.dirty
@@ -155,8 +159,11 @@ class FakeArbiter:
 
     # -- Arbiter: interception -----------------------------------------------------------------
 
-    def on_term(self, handler: Callable[[], bool]) -> None:
+    def on_term(self, handler: Callable[[], object]) -> None:
         self._term = handler
+
+    def after_loop_wait(self, callback: Callable[[], object]) -> None:
+        self._before.setdefault("pass", []).append(callback)
 
     def before_reload(self, callback: Callable[[], object]) -> None:
         self._before.setdefault("hup", []).append(callback)
@@ -179,10 +186,19 @@ class FakeArbiter:
 
     # -- playing Gunicorn's part ------------------------------------------------------------------
 
-    def term(self) -> bool:
-        """Gunicorn's main loop dispatching a TERM to its handler: True means it halts."""
+    def term(self) -> None:
+        """Gunicorn's main loop dispatching a TERM to its handler."""
         assert self._term is not None, "install() first"
-        return self._term()
+        self._term()
+
+    def loop_pass(self) -> None:
+        """One pass of Gunicorn's main loop after its wait (at once when woken, else within a second)."""
+        self._run("pass")
+
+    @property
+    def halted(self) -> bool:
+        """True once graceful called Gunicorn's halt()."""
+        return "halt" in self.calls
 
     def hup(self) -> None:
         """Gunicorn's main loop handling HUP (before its reload)."""

@@ -109,32 +109,47 @@ class TestArbiterProbe:
 
 
 class TestArbiterActions:
-    def test_wake_to_stop_puts_a_term_where_the_main_loop_reads(self, environment: None) -> None:
-        """The hand-over wakes Gunicorn's loop with a TERM in its own signal queue (24+: a queue; 22/23: a list)."""
+    def test_wake_is_gunicorns_own_wakeup_and_forges_no_signal(self, environment: None) -> None:
+        """The hand-over wakes Gunicorn's loop with its own wake-up (24+: WAKEUP_REQUEST; 22/23: the pipe), no TERM."""
         arbiter = arbiter_of()
         queue = arbiter.SIG_QUEUE
         if hasattr(queue, "get_nowait"):
-            ArbiterAdapter.probe(arbiter).wake_to_stop()
-            assert queue.get_nowait() == signal.SIGTERM
+            ArbiterAdapter.probe(arbiter).wake()
+            assert queue.get_nowait() == arbiter.WAKEUP_REQUEST != signal.SIGTERM
         else:
             read, write = os.pipe()
             arbiter.PIPE = [read, write]  # made by Gunicorn's init_signals, which this test does not run
             try:
-                ArbiterAdapter.probe(arbiter).wake_to_stop()
-                assert queue.pop() == signal.SIGTERM and os.read(read, 1)
+                ArbiterAdapter.probe(arbiter).wake()
+                assert os.read(read, 1) and queue == []
             finally:
                 os.close(read)
                 os.close(write)
 
-    def test_a_term_handler_returning_true_halts_gunicorns_loop(self, environment: None) -> None:
-        """on_term: False lets the loop go on; True becomes the StopIteration Gunicorn's loop halts on."""
+    def test_the_term_handler_replaces_gunicorns_and_raises_nothing(self, environment: None) -> None:
+        """on_term: the main loop's TERM handling calls graceful's handler; nothing is raised for the loop."""
         arbiter = arbiter_of()
-        adapter = ArbiterAdapter.probe(arbiter)
-        adapter.on_term(lambda: False)
-        assert arbiter.handle_term() is None
-        adapter.on_term(lambda: True)
-        with pytest.raises(StopIteration):
-            arbiter.handle_term()
+        calls: list[str] = []
+        ArbiterAdapter.probe(arbiter).on_term(lambda: calls.append("term"))
+        assert arbiter.handle_term() is None and calls == ["term"]
+
+    def test_after_loop_wait_runs_before_each_murder_workers(self, environment: None) -> None:
+        """after_loop_wait: the callback runs on each pass of the loop, before Gunicorn's murder_workers."""
+        arbiter = arbiter_of()
+        order: list[str] = []
+        arbiter.murder_workers = lambda: order.append("murder")
+        ArbiterAdapter.probe(arbiter).after_loop_wait(lambda: order.append("pass"))
+        arbiter.murder_workers()
+        arbiter.murder_workers()
+        assert order == ["pass", "murder", "pass", "murder"]
+
+    def test_halt_is_gunicorns_halt(self, environment: None) -> None:
+        """halt_gunicorn: Gunicorn's own halt() (its stop, on_exit, exit 0), called once."""
+        arbiter = arbiter_of()
+        halted: list[str] = []
+        arbiter.halt = lambda: halted.append("halt")
+        ArbiterAdapter.probe(arbiter).halt_gunicorn()
+        assert halted == ["halt"]
 
     def test_loop_ticks_are_seen_on_both_periodic_calls(self, environment: None) -> None:
         """murder_workers and reap_workers each tick before Gunicorn's own runs."""

@@ -8,9 +8,11 @@ tests fork for real, as Gunicorn does, to see what a child keeps.
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import socket
+import struct
 import threading
 from collections.abc import Callable, Iterator
 
@@ -130,6 +132,28 @@ class TestFacts:
         channels.master.fire(Kind.SHUTDOWN_INITIATED)
         assert worker.wait_for(Kind.SHUTDOWN_INITIATED, SOON)
         assert channels.master.fired(Kind.SHUTDOWN_INITIATED) and not worker.fired(Kind.NOT_ACCEPTING)
+
+    def test_a_fact_carries_the_masters_time(self, channels: Channels) -> None:
+        """A fact fired with the master's monotonic time reads back with it; one fired without reads None."""
+        worker = channels.connect(11)
+        channels.master.fire(Kind.SHUTDOWN_INITIATED, 812.25)
+        channels.master.fire(Kind.CLOSE_LISTENERS)
+        assert worker.wait_for(Kind.CLOSE_LISTENERS, SOON)
+        assert worker.fired_at(Kind.SHUTDOWN_INITIATED) == 812.25
+        assert worker.fired_at(Kind.CLOSE_LISTENERS) is None and worker.fired_at(Kind.NOT_ACCEPTING) is None
+
+    @pytest.mark.parametrize("payload", [struct.pack("!d", math.nan), struct.pack("!d", -1.0), b"\x01\x02"])
+    def test_a_time_that_is_not_one_reads_as_none(self, payload: bytes) -> None:
+        """A fact whose time is not a finite, non-negative double still counts as fired; its time is None."""
+        master_end, worker_end = socket.socketpair()
+        try:
+            worker = WorkerChannel(worker_end, pid=11)
+            master_end.sendall(frame(Kind.NOT_ACCEPTING, payload))
+            assert worker.wait_for(Kind.NOT_ACCEPTING, SOON)
+            assert worker.fired_at(Kind.NOT_ACCEPTING) is None
+        finally:
+            master_end.close()
+            worker_end.close()
 
     def test_a_fact_is_sent_once(self, channels: Channels) -> None:
         """Firing a fact again sends nothing more."""

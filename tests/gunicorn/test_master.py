@@ -90,11 +90,23 @@ def held_in_the_delay(lifecycle: Lifecycle) -> Iterator[None]:
         release.set()
 
 
-def shut_down(arbiter: FakeArbiter) -> None:
-    """The first TERM, then the hand-over's: what Gunicorn's main loop does when the shutdown thread wakes it."""
-    assert arbiter.term() is False
+def first_term(arbiter: FakeArbiter) -> None:
+    """The first TERM, as Gunicorn's main loop hands it over; Gunicorn's loop goes on."""
+    arbiter.term()
+    assert not arbiter.halted
+
+
+def handed_over(arbiter: FakeArbiter) -> None:
+    """The shutdown thread woke Gunicorn's loop (no signal): its next pass, which stops the workers and halts."""
     assert arbiter.woken.wait(SOON), "the shutdown thread never handed over"
-    assert arbiter.term() is True
+    arbiter.loop_pass()
+    assert arbiter.halted
+
+
+def shut_down(arbiter: FakeArbiter) -> None:
+    """The first TERM, then the loop's pass after the hand-over."""
+    first_term(arbiter)
+    handed_over(arbiter)
 
 
 class TestFirstTerm:
@@ -102,7 +114,7 @@ class TestFirstTerm:
         """The first TERM: ShutdownInitiated at once, systemd told STOPPING=1, the workers' broadcast fired."""
         arbiter = FakeArbiter()
         master, lifecycle, _, _ = master_of(made, arbiter)
-        assert arbiter.term() is False  # Gunicorn's loop goes on: workers keep serving through the delay
+        first_term(arbiter)  # Gunicorn's loop goes on: workers keep serving through the delay
         assert lifecycle.shutdown_initiated.is_set()
         assert arbiter.systemd[0] == "STOPPING=1"
         assert master.channel.fired(Kind.SHUTDOWN_INITIATED)
@@ -117,8 +129,8 @@ class TestFirstTerm:
         delay = recorder.time_of("AfterShutdownDelayDuration") - recorder.time_of("ShutdownInitiated")
         assert delay == pytest.approx(5.0)
         assert master.channel.fired(Kind.NOT_ACCEPTING)
-        assert arbiter.calls.count("wake") == 1
-        assert arbiter.calls[-1] == "kill SIGTERM" and not arbiter.workers
+        assert arbiter.calls.count("wake") == 1 and arbiter.calls.count("halt") == 1
+        assert arbiter.calls[-2:] == ["kill SIGTERM", "halt"] and not arbiter.workers
 
     def test_the_adaptive_delay_reads_the_workers_arrivals(self, made: list[MasterShutdown]) -> None:
         """With a floor, the master's delay ends QUIET_MIN after the last arrival a worker wrote on the board."""
@@ -193,7 +205,7 @@ class TestSecondSignal:
         arbiter = FakeArbiter()
         _, lifecycle, _, exits = master_of(made, arbiter)
         with held_in_the_delay(lifecycle):
-            assert arbiter.term() is False
+            first_term(arbiter)
             arbiter.term()
         assert exits.codes == [1]
         assert "kill SIGKILL" in arbiter.calls
@@ -202,9 +214,10 @@ class TestSecondSignal:
         """After the hand-over Gunicorn's stop() would drop a TERM: graceful's trap exits 1 instead."""
         arbiter = FakeArbiter(exit_on=(signal.SIGKILL,))  # the workers are still draining
         _, _, _, exits = master_of(made, arbiter)
-        assert arbiter.term() is False
-        assert arbiter.woken.wait(SOON)
-        arbiter.os_signal(signal.SIGTERM)  # as the OS handler runs it: queued for the trap's thread
+        first_term(arbiter)
+        # As the OS handler runs it while the master reaps: queued for the trap's thread.
+        arbiter.on_reap = lambda: arbiter.os_signal(signal.SIGTERM) if not exits.codes else None
+        handed_over(arbiter)
         assert exits.called.wait(SOON)
         assert exits.codes == [1] and "kill SIGKILL" in arbiter.calls
         assert arbiter.gunicorn_os_signals == []  # never reached Gunicorn, which would drop it
@@ -213,11 +226,10 @@ class TestSecondSignal:
         """SIGINT (or QUIT) during the workers' drain: passed to Gunicorn, and the workers get QUIT."""
         arbiter = FakeArbiter(exit_on=(signal.SIGQUIT, signal.SIGKILL))
         master_of(made, arbiter)
-        assert arbiter.term() is False
-        assert arbiter.woken.wait(SOON)
+        first_term(arbiter)
         arbiter.on_reap = lambda: arbiter.os_signal(signal.SIGINT)  # arrives while the master reaps
-        assert arbiter.term() is True
-        assert arbiter.calls[-3:] == ["kill SIGTERM", "reap", "kill SIGQUIT"]
+        handed_over(arbiter)
+        assert arbiter.calls[-4:] == ["kill SIGTERM", "reap", "kill SIGQUIT", "halt"]
         assert arbiter.gunicorn_os_signals == [signal.SIGINT]
 
     @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGQUIT])
@@ -241,18 +253,17 @@ class TestWorkersThatLinger:
         master_of(made, arbiter)
         with caplog.at_level(logging.WARNING, logger="graceful"):
             shut_down(arbiter)
-        assert arbiter.calls[-1] == "kill SIGKILL"
+        assert arbiter.calls[-2:] == ["kill SIGKILL", "halt"]
         assert "2 worker(s) still running after graceful_timeout: killing" in caplog.text
 
     def test_a_worker_that_exits_on_its_own_is_not_waited_for(self, made: list[MasterShutdown]) -> None:
         """The master reaps as workers exit: once none is left, Gunicorn's stop proceeds (no SIGKILL)."""
         arbiter = FakeArbiter(exit_on=())
         master_of(made, arbiter)
-        assert arbiter.term() is False
-        assert arbiter.woken.wait(SOON)
+        first_term(arbiter)
         arbiter.on_reap = arbiter.workers.clear  # they exit after their drain and cleanup
-        assert arbiter.term() is True
-        assert arbiter.calls[-2:] == ["kill SIGTERM", "reap"]
+        handed_over(arbiter)
+        assert arbiter.calls[-3:] == ["kill SIGTERM", "reap", "halt"]
 
 
 class TestDirtyPool:
@@ -262,7 +273,7 @@ class TestDirtyPool:
         master_of(made, arbiter)
         shut_down(arbiter)
         tail = arbiter.calls[arbiter.calls.index("kill SIGTERM") :]
-        assert tail == ["kill SIGTERM", "dirty SIGTERM", "reap dirty"] and arbiter.dirty == 0
+        assert tail == ["kill SIGTERM", "dirty SIGTERM", "reap dirty", "halt"] and arbiter.dirty == 0
 
     def test_killed_with_its_workers_when_it_lingers(
         self, made: list[MasterShutdown], caplog: pytest.LogCaptureFixture
@@ -272,7 +283,7 @@ class TestDirtyPool:
         master_of(made, arbiter, settle=0.002)  # 200 polls of 5 ms before the bound
         with caplog.at_level(logging.WARNING, logger="graceful"):
             shut_down(arbiter)
-        assert arbiter.calls[-1] == "kill dirty tree"
+        assert arbiter.calls[-2:] == ["kill dirty tree", "halt"]
         assert "dirty arbiter still running after dirty_graceful_timeout" in caplog.text
 
     def test_a_second_term_leaves_no_dirty_process(self, made: list[MasterShutdown]) -> None:
@@ -280,7 +291,7 @@ class TestDirtyPool:
         arbiter = FakeArbiter(dirty=77)
         _, lifecycle, _, exits = master_of(made, arbiter)
         with held_in_the_delay(lifecycle):
-            assert arbiter.term() is False
+            first_term(arbiter)
             arbiter.term()
         assert exits.codes == [1]
         assert arbiter.calls[-2:] == ["kill SIGKILL", "kill dirty tree"]
@@ -319,9 +330,9 @@ class TestNotAServerShutdown:
         master, lifecycle, recorder, _ = master_of(made, arbiter)
         lifecycle.pre_shutdown_hook("deregister")(lambda: ran.append("deregister"))
         with caplog.at_level(logging.INFO, logger="graceful"):
-            assert arbiter.term() is True  # Gunicorn halts at once: its stop closes only this master's copies
+            arbiter.term()  # Gunicorn halts at once: its stop closes only this master's copies
             master.finish()
-        assert arbiter.calls == ["front SIGTERM SIGINT SIGQUIT", "reap", "kill SIGTERM"]
+        assert arbiter.calls == ["front SIGTERM SIGINT SIGQUIT", "reap", "kill SIGTERM", "halt"]
         assert master.channel.stop_reason is StopReason.UPGRADE
         assert recorder.names == [] and ran == [] and arbiter.systemd == []
         assert f"pid {successor or predecessor} serves" in caplog.text

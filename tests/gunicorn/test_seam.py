@@ -30,6 +30,7 @@ INTERNALS = {
     "handle_ttou",
     "reexec",
     "wakeup",
+    "halt",
     "pidfile",
     "worker_class_str",
     "env_orig",

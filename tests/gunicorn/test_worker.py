@@ -178,6 +178,21 @@ class TestStart:
         master.fire(Kind.NOT_ACCEPTING)
         assert lifecycle.not_accepting_new_requests.wait(SOON)
 
+    def test_the_worker_takes_the_masters_times_and_logs_no_copy(
+        self, master: Master, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """The worker's signals carry the master's times, marked learned; the master's line is not logged again."""
+        shutdown = booted(FakeWorker(), master)
+        lifecycle = shutdown.lifecycle
+        with caplog.at_level(logging.INFO, logger="graceful"):
+            master.channel.fire(Kind.SHUTDOWN_INITIATED, 1234.5)
+            master.channel.fire(Kind.NOT_ACCEPTING, 1239.5)
+            assert lifecycle.not_accepting_new_requests.wait(SOON)
+        assert lifecycle.shutdown_initiated.fired_at == 1234.5 and lifecycle.shutdown_initiated.learned
+        assert lifecycle.not_accepting_new_requests.fired_at == 1239.5
+        assert lifecycle.stats.shutdown_at == 1234.5  # the worker's arrivals count from the server's T0
+        assert "ShutdownInitiated" not in caplog.text and "NotAcceptingNewRequests" not in caplog.text
+
 
 class TestPreRequest:
     def test_connection_close_from_shutdown_initiated(self, master: Master) -> None:

@@ -9,20 +9,20 @@ fake arbiter can drive the master's whole shutdown in a unit test.
 
 What differs between the supported releases (22 to 27) lives here:
 
-* the signal queue: 24+ keep a ``queue.SimpleQueue`` that the main loop
-  blocks on (1 s at most); 22/23 a list plus a self-pipe (``wakeup()``).
-  :meth:`ArbiterAdapter.wake_to_stop` puts a TERM there, the one signal
-  whose handling graceful owns, so that the loop wakes at once and calls it.
+* the main loop's wake-up: 24+ put Gunicorn's ``WAKEUP_REQUEST`` on the
+  ``queue.SimpleQueue`` the loop blocks on (1 s at most); 22/23 write to its
+  self-pipe. Both are Gunicorn's own ``wakeup()``: :meth:`ArbiterAdapter.wake`
+  calls it, and the loop's next pass runs what :meth:`ArbiterAdapter.after_loop_wait`
+  added, on the main thread. No signal is forged.
 * the instance attributes set on the arbiter (``handle_term``,
   ``handle_hup``, ``murder_workers``, ``reap_workers``, ``reexec``,
   ``stop``, ``_start_control_server``): Gunicorn looks its handlers and periodic calls up
   by name on the instance on every release, so an instance attribute
   replaces or wraps the class's method for this arbiter only.
 
-Gunicorn's main loop ends the server when a handler raises
-``StopIteration`` (its ``halt()``): :meth:`ArbiterAdapter.on_term` turns a
-handler's ``True`` ("stop now") into that, so nothing else in graceful
-raises it.
+The master ends with Gunicorn's own ``halt()`` (:meth:`ArbiterAdapter.halt_gunicorn`):
+its ``stop()``, ``on_exit``, exit 0, called on the main thread where the
+loop would call it, instead of an exception raised for the loop to catch.
 """
 
 from __future__ import annotations
@@ -48,7 +48,6 @@ OsSignalHandler = Callable[[int, "FrameType | None", "GunicornHandler | None"], 
 _NEEDED = (
     "WORKERS",
     "LISTENERS",
-    "SIG_QUEUE",
     "cfg",
     "log",
     "kill_workers",
@@ -58,6 +57,8 @@ _NEEDED = (
     "stop",
     "handle_term",
     "handle_hup",
+    "wakeup",
+    "halt",
     "reexec_pid",
     "master_pid",
     "worker_class",
@@ -101,8 +102,11 @@ class Arbiter(Protocol):
     def signal_workers(self, signum: int) -> None:
         """Send ``signum`` to every live worker (Gunicorn's ``kill_workers``)."""
 
-    def wake_to_stop(self) -> None:
-        """Any thread: wake the main loop at once with a TERM, which it passes to the :meth:`on_term` handler."""
+    def wake(self) -> None:
+        """Any thread: wake the main loop at once (Gunicorn's ``wakeup()``); its next pass follows."""
+
+    def halt_gunicorn(self) -> None:
+        """Main thread: Gunicorn's ``halt()``: its ``stop()``, ``on_exit``, and the process exits 0."""
 
     def dirty_pid(self) -> int:
         """The pid of Gunicorn 27's dirty arbiter while it lives (0: none, or a release without dirty workers)."""
@@ -137,8 +141,11 @@ class Arbiter(Protocol):
     def exec_environment(self) -> dict[str, str]:
         """The environment a USR2 re-exec passes to the new master (``pre_exec``: add to it)."""
 
-    def on_term(self, handler: Callable[[], bool]) -> None:
-        """The main loop's SIGTERM handling becomes ``handler()``; its ``True`` stops Gunicorn."""
+    def on_term(self, handler: Callable[[], object]) -> None:
+        """The main loop's SIGTERM handling becomes ``handler()`` (main thread)."""
+
+    def after_loop_wait(self, callback: Callable[[], object]) -> None:
+        """Main thread: call ``callback()`` on every pass of the main loop, after its wait (1 s at most)."""
 
     def before_reload(self, callback: Callable[[], object]) -> None:
         """Call ``callback()`` on the main thread before Gunicorn's HUP handling."""
@@ -174,8 +181,6 @@ class ArbiterAdapter:
     def probe(cls, server: Any) -> ArbiterAdapter:
         """``on_starting``: the adapter, or GunicornMissing naming the release and the internals it lacks."""
         missing = missing_attributes(server, _NEEDED) or missing_attributes(server.cfg, _NEEDED_CFG, prefix="cfg.")
-        if not missing and not (hasattr(server.SIG_QUEUE, "put_nowait") or callable(getattr(server, "wakeup", None))):
-            missing = ["SIG_QUEUE.put_nowait (24+) or wakeup (22/23)"]
         if missing:
             raise GunicornMissing("arbiter", missing)
         return cls(server)
@@ -255,15 +260,13 @@ class ArbiterAdapter:
         """See :meth:`Arbiter.signal_workers`."""
         self._server.kill_workers(signum)
 
-    def wake_to_stop(self) -> None:
-        """See :meth:`Arbiter.wake_to_stop`."""
-        server = self._server
-        queue = server.SIG_QUEUE
-        if hasattr(queue, "put_nowait"):  # Gunicorn 24+: a SimpleQueue the loop blocks on
-            queue.put_nowait(signal.SIGTERM)
-        else:  # Gunicorn 22/23: a list plus a self-pipe
-            queue.append(signal.SIGTERM)
-            server.wakeup()
+    def wake(self) -> None:
+        """See :meth:`Arbiter.wake`. 24+: ``WAKEUP_REQUEST`` on the queue; 22/23: a byte on the self-pipe."""
+        self._server.wakeup()
+
+    def halt_gunicorn(self) -> None:
+        """See :meth:`Arbiter.halt_gunicorn`."""
+        self._server.halt()
 
     def dirty_pid(self) -> int:
         """See :meth:`Arbiter.dirty_pid`."""
@@ -321,14 +324,18 @@ class ArbiterAdapter:
 
     # -- interception: the arbiter's own methods, replaced or wrapped on this instance ------------
 
-    def on_term(self, handler: Callable[[], bool]) -> None:
-        """The main loop's SIGTERM handling becomes ``handler()``; its ``True`` stops Gunicorn (``halt()``)."""
+    def on_term(self, handler: Callable[[], object]) -> None:
+        """See :meth:`Arbiter.on_term`."""
+        self._server.__dict__["handle_term"] = lambda: handler()
 
-        def handle_term() -> None:
-            if handler():
-                raise StopIteration  # how Gunicorn's main loop is told to halt
+    def after_loop_wait(self, callback: Callable[[], object]) -> None:
+        """See :meth:`Arbiter.after_loop_wait`.
 
-        self._server.handle_term = handle_term
+        Every release calls ``murder_workers()`` once per pass, on the main
+        thread, right after its wait for signals (and never from a signal
+        handler): ``callback`` runs before it.
+        """
+        self._before("murder_workers", callback)
 
     def before_reload(self, callback: Callable[[], object]) -> None:
         """Call ``callback()`` on the main thread before Gunicorn's HUP handling (its ``reload()``)."""
