@@ -184,6 +184,11 @@ class MasterShutdown:
         meanwhile switches to the quick stop, as in Gunicorn: False.
         """
         arbiter = self.arbiter
+        logger.info(
+            "graceful: stopping %d worker(s): each drains and cleans up, SIGKILL after graceful_timeout (%gs)",
+            len(arbiter.worker_pids()),
+            arbiter.graceful_timeout(),
+        )
         gone = self._stop_and_reap(
             arbiter.signal_workers, arbiter.reap, lambda: bool(arbiter.worker_pids()), arbiter.graceful_timeout()
         )

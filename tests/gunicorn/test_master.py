@@ -132,6 +132,19 @@ class TestFirstTerm:
         assert arbiter.calls.count("wake") == 1 and arbiter.calls.count("halt") == 1
         assert arbiter.calls[-2:] == ["kill SIGTERM", "halt"] and not arbiter.workers
 
+    def test_the_hand_over_says_how_many_workers_it_stops(
+        self, made: list[MasterShutdown], caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """The main thread's stop of the workers is logged once, with their count and graceful_timeout."""
+        arbiter = FakeArbiter(graceful_timeout=30.0)
+        master_of(made, arbiter)
+        with caplog.at_level(logging.INFO, logger="graceful"):
+            shut_down(arbiter)
+        lines = [r.getMessage() for r in caplog.records if "worker(s): each drains" in r.getMessage()]
+        assert lines == [
+            "graceful: stopping 2 worker(s): each drains and cleans up, SIGKILL after graceful_timeout (30s)"
+        ]
+
     def test_the_adaptive_delay_reads_the_workers_arrivals(self, made: list[MasterShutdown]) -> None:
         """With a floor, the master's delay ends QUIET_MIN after the last arrival a worker wrote on the board."""
         arbiter = FakeArbiter()
