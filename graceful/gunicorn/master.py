@@ -51,7 +51,7 @@ from typing import NoReturn
 
 from graceful.core.budget import seconds_left
 from graceful.core.lifecycle import Lifecycle
-from graceful.core.record import ROLE_MASTER, ProcessPart, part_of, record_of
+from graceful.core.record import ProcessPart, part_of, record_of
 from graceful.gunicorn.adapter.arbiter import Arbiter, GunicornHandler
 from graceful.gunicorn.channel import Kind, MasterChannel
 from graceful.gunicorn.health import MasterHealth
@@ -337,7 +337,7 @@ class MasterShutdown:
         from graceful import __version__
 
         try:
-            own = part_of(self.lifecycle, os.getpid(), ROLE_MASTER)
+            own = part_of(self.lifecycle, os.getpid())
             record = record_of(self.lifecycle, [own, *self._worker_parts()], __version__)
             leave_record(record, self.lifecycle.config)
         except Exception:  # logged: the record must never change how the server exits
