@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from graceful.cli import main
 from graceful.core.config import Config
 from graceful.core.lifecycle import Lifecycle
-from graceful.core.record import ROLE_SERVER, HookEntry, part_of, record_of
+from graceful.core.record import HookEntry, part_of, record_of
 from graceful.testing import FakeClock
 from tests.conftest import ROOT
 
@@ -39,7 +39,7 @@ def record_json(hooks: int = 0) -> dict[str, Any]:
     lc.stats.rejected("shutting_down")
     assert lc.cleanup_finished.event.wait(30)
     hang.set()
-    record = record_of(lc, [part_of(lc, 42, ROLE_SERVER)], "1.0")
+    record = record_of(lc, [part_of(lc, 42)], "1.0")
     extra = tuple(HookEntry("cleanup task", f"task-{i}", 40 + i % 3, "ok", 2.0, 0.1 * i) for i in range(hooks))
     return dataclasses.replace(record, hooks=record.hooks + extra).to_json()
 

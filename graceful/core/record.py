@@ -94,16 +94,17 @@ ProcessPart = ProcessReport
 _SHUTDOWN_KINDS = (PRE_SHUTDOWN_HOOK, CLEANUP_TASK)
 
 
-def part_of(lifecycle: Lifecycle, pid: int, role: str) -> ProcessReport:
+def part_of(lifecycle: Lifecycle, pid: int) -> ProcessReport:
     """This process's report for the record (after CleanupFinished, or as far as it got).
 
+    Its role is the lifecycle's (:attr:`~graceful.core.lifecycle.Lifecycle.role`).
     Timed from its ShutdownInitiated, or, when that never fired (a Gunicorn
     worker stopped by recycling, HUP or TTOU), from the start of its drain.
     Raises ``ValueError`` when it neither began a shutdown nor drained.
     """
     if lifecycle.shutdown_initiated.fired_at is None and lifecycle.stats.drain is None:
         raise ValueError("this process never began a shutdown")
-    return _shutdown_only(report_of(lifecycle, pid, role))
+    return _shutdown_only(report_of(lifecycle, pid))
 
 
 def _shutdown_only(report: ProcessReport) -> ProcessReport:

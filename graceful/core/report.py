@@ -469,14 +469,13 @@ def role_of(lifecycle: Lifecycle) -> str:
 def report_of(
     lifecycle: Lifecycle,
     pid: int,
-    role: str | None = None,
     *,
     origin: float | None = None,
     samples: bool = True,
 ) -> ProcessReport:
     """This process's report now, from ``lifecycle`` (any thread: every read is thread-safe).
 
-    ``role``: :func:`role_of` the lifecycle when None. ``origin``: the
+    Its role is the lifecycle's (:func:`role_of`). ``origin``: the
     monotonic time its times count from; None: its ShutdownInitiated, else
     the start of its drain (a process stopped alone), else 0. ``samples``:
     False leaves them out (``/metrics`` does not show them).
@@ -521,7 +520,7 @@ def report_of(
     budget = lifecycle.budget()
     return ProcessReport(
         pid=pid,
-        role=role_of(lifecycle) if role is None else role,
+        role=role_of(lifecycle),
         t0=t0,
         signals={s.name: s.fired_at - t0 for s in lifecycle.signals if s.fired_at is not None},
         hooks=hooks,

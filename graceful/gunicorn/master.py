@@ -50,7 +50,7 @@ from typing import NoReturn
 
 from graceful.core.budget import seconds_left
 from graceful.core.lifecycle import Lifecycle
-from graceful.core.record import ROLE_MASTER, ProcessPart, part_of, record_of
+from graceful.core.record import ProcessPart, part_of, record_of
 from graceful.core.sequences import MasterPhase, master_finish, master_on_loop_pass, master_on_term
 from graceful.gunicorn.adapter.arbiter import Arbiter, GunicornHandler
 from graceful.gunicorn.channel import Kind, MasterChannel
@@ -323,7 +323,7 @@ class MasterShutdown:
         from graceful import __version__
 
         try:
-            own = part_of(self.lifecycle, os.getpid(), ROLE_MASTER)
+            own = part_of(self.lifecycle, os.getpid())
             record = record_of(self.lifecycle, [own, *self._worker_parts()], __version__)
             leave_record(record, self.lifecycle.config)
         except Exception:  # logged: the record must never change how the server exits

@@ -42,7 +42,7 @@ from typing import Any
 from graceful.core.budget import graceful_timeout_problem
 from graceful.core.config import ConfigError
 from graceful.core.lifecycle import Lifecycle, SignalListener
-from graceful.core.record import ROLE_WORKER, part_of
+from graceful.core.record import part_of
 from graceful.core.sequences import worker_exit, worker_watch
 from graceful.core.signals import LifecycleSignal
 from graceful.core.stats import REASON_REFUSED_STREAM
@@ -292,7 +292,7 @@ class WorkerShutdown:
         """
         lifecycle = self.lifecycle
         try:
-            part = part_of(lifecycle, self.pid, ROLE_WORKER)
+            part = part_of(lifecycle, self.pid)
         except ValueError:  # never began a shutdown nor drained: nothing to say
             return
         except Exception:  # logged: the record must never change how the worker exits

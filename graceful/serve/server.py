@@ -67,7 +67,7 @@ from werkzeug.serving import BaseWSGIServer
 
 from graceful.core.config import ConfigError
 from graceful.core.lifecycle import Lifecycle
-from graceful.core.record import ROLE_SERVER, part_of, record_of
+from graceful.core.record import part_of, record_of
 from graceful.healthport.address import HealthAddress, parse_address
 from graceful.healthport.local import LocalHealth
 from graceful.process.sockets import close_after_queue_drains
@@ -587,7 +587,7 @@ def _leave_record(lifecycle: Lifecycle) -> None:
     from graceful import __version__
 
     try:
-        record = record_of(lifecycle, [part_of(lifecycle, os.getpid(), ROLE_SERVER)], __version__)
+        record = record_of(lifecycle, [part_of(lifecycle, os.getpid())], __version__)
         leave_record(record, lifecycle.config)
     except Exception:  # logged: the record must never change how the server exits
         logger.exception("graceful: could not build the shutdown record")

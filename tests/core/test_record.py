@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -15,7 +16,6 @@ from graceful.core.delay import DelayEnd, DelayOutcome
 from graceful.core.lifecycle import Lifecycle
 from graceful.core.record import (
     MAX_MESSAGE_BYTES,
-    ROLE_MASTER,
     ROLE_SERVER,
     ROLE_WORKER,
     HookEntry,
@@ -64,7 +64,7 @@ def served_lifecycle(**config: Any) -> Lifecycle:
 
 
 def server_record(lc: Lifecycle) -> ShutdownRecord:
-    return record_of(lc, [part_of(lc, 1234, ROLE_SERVER)], VERSION)
+    return record_of(lc, [part_of(lc, 1234)], VERSION)
 
 
 def part(pid: int, role: str, t0: float, **changes: Any) -> ProcessPart:
@@ -95,7 +95,7 @@ class TestPartOf:
     def test_one_process_part(self) -> None:
         """A process's part has its signals, hooks with pid and start, drain, arrivals, rejections and samples."""
         lc = served_lifecycle()
-        own = part_of(lc, 1234, ROLE_SERVER)
+        own = part_of(lc, 1234)
         assert own.t0 == lc.shutdown_initiated.fired_at
         assert own.signals["ShutdownInitiated"] == 0.0
         assert own.signals["AfterShutdownDelayDuration"] == 4.0
@@ -115,15 +115,34 @@ class TestPartOf:
     def test_a_process_that_never_began_a_shutdown_has_no_part(self) -> None:
         """part_of refuses a lifecycle that neither began a shutdown nor drained."""
         with pytest.raises(ValueError, match="never began a shutdown"):
-            part_of(Lifecycle(Config(), clock=FakeClock()), 1, ROLE_WORKER)
+            part_of(Lifecycle(Config(), clock=FakeClock(), role=Role.WORKER), 1)
 
     def test_a_recycled_worker_is_measured_from_its_drain(self) -> None:
         """A worker stopped without ShutdownInitiated (recycled) has a part timed from its drain."""
-        lc = Lifecycle(Config(), clock=FakeClock())
+        lc = Lifecycle(Config(), clock=FakeClock(), role=Role.WORKER)
         lc.drain_and_clean_up()
-        own = part_of(lc, 7, ROLE_WORKER)
+        own = part_of(lc, 7)
         assert own.t0 == lc.stats.drain.started_at  # type: ignore[union-attr]
         assert "ShutdownInitiated" not in own.signals
+
+    @pytest.mark.parametrize(
+        ("become", "named"),
+        [
+            (lambda lc: None, "server"),
+            (lambda lc: lc.become_master("gunicorn", "sync"), "master"),
+            (lambda lc: lc.become_worker("a worker"), "worker"),
+        ],
+        ids=["graceful-serve", "gunicorn-master", "gunicorn-worker"],
+    )
+    def test_the_part_names_the_lifecycles_role(self, become: Callable[[Lifecycle], None], named: str) -> None:
+        """A part's role is its lifecycle's: graceful serve's says server, a master's master, a worker's
+        worker, in the JSON as graceful 0.2 wrote it, and read back the same."""
+        lc = Lifecycle(Config(shutdown_delay=0), clock=FakeClock())
+        become(lc)
+        run_shutdown(lc)
+        own = part_of(lc, 7)
+        data = json.loads(json.dumps(own.to_json()))
+        assert (own.role, data["role"], ProcessPart.read(data).role) == (named, named, named)
 
 
 class TestRecordOf:
@@ -151,7 +170,7 @@ class TestRecordOf:
         lc = Lifecycle(Config(shutdown_delay=4), clock=FakeClock())
         lc.role = Role.MASTER
         run_shutdown(lc)
-        master = part_of(lc, 100, ROLE_MASTER)
+        master = part_of(lc, 100)
         t0 = master.t0
         first = part(101, ROLE_WORKER, t0 + 0.01)
         second = part(102, ROLE_WORKER, t0 + 0.02, signals={"ShutdownInitiated": 0.0, "InFlightRequestsDrained": 7.0})

@@ -58,7 +58,7 @@ class TestDrainedCount:
         releases = [lc.in_flight.add() for _ in range(3)]
         drain_ending_requests(lc, clock, releases)
         run_shutdown(lc)
-        record = record_of(lc, [part_of(lc, 1, ROLE_SERVER)], "1.0")
+        record = record_of(lc, [part_of(lc, 1)], "1.0")
         assert record.requests.drained == 3
         assert record.requests.abandoned == 0
         assert "drained 3 requests in " in record.summary()
@@ -79,7 +79,7 @@ class TestDrainedCount:
             release()
         worker.stop_process(5.0)
         run_shutdown(master)
-        parts = [part_of(master, 100, ROLE_MASTER), part_of(worker, 101, ROLE_WORKER)]
+        parts = [part_of(master, 100), part_of(worker, 101)]
         record = record_of(master, parts, "1.0")
         assert record.requests.drained == 3
         assert record.requests.drain_seconds == pytest.approx(2.5)

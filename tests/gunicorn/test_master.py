@@ -23,7 +23,8 @@ import pytest
 from graceful.core.config import Config
 from graceful.core.delay import QUIET_MIN, DelayEnd
 from graceful.core.lifecycle import Lifecycle
-from graceful.core.record import ROLE_WORKER, part_of
+from graceful.core.record import part_of
+from graceful.core.role import Role
 from graceful.gunicorn.channel import Kind
 from graceful.gunicorn.master import MasterShutdown
 from graceful.gunicorn.stop_reason import StopReason
@@ -402,11 +403,11 @@ class TestFinish:
         arbiter = FakeArbiter()
         master, lifecycle, _, _ = master_of(made, arbiter, Config(shutdown_delay=1, report_file=str(report)))
         shut_down(arbiter)
-        worker = Lifecycle(Config(shutdown_delay=1), clock=FakeClock())
+        worker = Lifecycle(Config(shutdown_delay=1), clock=FakeClock(), role=Role.WORKER)
         worker.shutdown_initiated.fire()
         worker.drain_and_clean_up()
         channel = master.channel.connect(11)
-        assert channel.send_json(Kind.PART, part_of(worker, 11, ROLE_WORKER).to_json(), timeout=SOON)
+        assert channel.send_json(Kind.PART, part_of(worker, 11).to_json(), timeout=SOON)
         channel.close()  # the worker exits right after sending
         master.finish()
         record = json.loads(report.read_text())

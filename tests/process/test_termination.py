@@ -11,7 +11,7 @@ import pytest
 
 from graceful.core.config import Config
 from graceful.core.lifecycle import Lifecycle
-from graceful.core.record import ROLE_SERVER, ShutdownRecord, part_of, record_of
+from graceful.core.record import ShutdownRecord, part_of, record_of
 from graceful.process.termination import (
     leave_record,
     report_file_problem,
@@ -42,7 +42,7 @@ def a_record() -> ShutdownRecord:
     lc = Lifecycle(Config(shutdown_delay=1), clock=FakeClock())
     lc.cleanup_task("flush")(lambda: None)
     run_shutdown(lc)
-    return record_of(lc, [part_of(lc, os.getpid(), ROLE_SERVER)], "1.0")
+    return record_of(lc, [part_of(lc, os.getpid())], "1.0")
 
 
 def events(caplog: pytest.LogCaptureFixture, event: str) -> list[logging.LogRecord]:
