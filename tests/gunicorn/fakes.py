@@ -342,3 +342,16 @@ def gunicorns_term_handler(worker: FakeWorker) -> GunicornHandler:
         worker.stop_loop()
 
     return handle_exit
+
+
+def signal_this_process(signum: int) -> None:
+    """Send the OS signal ``signum`` to this process's main thread (the test's); its handler has run on return.
+
+    ``os.kill(os.getpid(), ...)`` leaves the Python handler to the
+    interpreter's next check, which another thread's GIL hand-off can
+    postpone (CPython 3.10) past the test's next long wait: the handler
+    then runs only when that wait times out. ``pthread_kill`` checks at once.
+    """
+    main = threading.main_thread().ident
+    assert main is not None and main == threading.get_ident(), "signals are handled in the main thread only"
+    signal.pthread_kill(main, signum)

@@ -28,6 +28,7 @@ from gunicorn.workers.sync import SyncWorker
 from graceful.gunicorn.adapter.arbiter import ArbiterAdapter
 from graceful.gunicorn.adapter.release import GunicornMissing
 from graceful.gunicorn.adapter.worker import WorkerAdapter
+from tests.gunicorn.fakes import signal_this_process
 
 SOON = 10.0
 
@@ -249,7 +250,7 @@ class TestArbiterActions:
         previous = signal.signal(signal.SIGUSR2, gunicorns)
         try:
             ArbiterAdapter.probe(arbiter_of()).front_os_signals((signal.SIGUSR2,), ours)
-            os.kill(os.getpid(), signal.SIGUSR2)
+            signal_this_process(signal.SIGUSR2)
             assert passed.wait(SOON)
         finally:
             signal.signal(signal.SIGUSR2, previous)

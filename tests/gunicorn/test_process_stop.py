@@ -18,6 +18,7 @@ from graceful.gunicorn.channel import Kind
 from graceful.gunicorn.process_stop import ProcessStop
 from graceful.gunicorn.recycling import GthreadStop
 from graceful.gunicorn.stop_reason import StopReason
+from tests.gunicorn.fakes import signal_this_process
 from tests.gunicorn.test_recycling import NewGthreadWorker
 
 
@@ -211,7 +212,7 @@ class TestSigterm:
         stop = stop_of(SyncWorker(), shared)
         with caplog.at_level(logging.INFO, logger="graceful"):
             stop.install(5.0, None, None)
-            os.kill(os.getpid(), signal.SIGTERM)
+            signal_this_process(signal.SIGTERM)
             # The thread notes the stop, then logs it: wait for the line, not only the note.
             line = f"graceful: worker {os.getpid()} stopping (reload)"
             assert wait_until(lambda: line in caplog.text)
@@ -224,7 +225,7 @@ class TestSigterm:
         worker.nr_conns = 1
         stop = stop_of(worker)
         stop.install(5.0, GthreadStop.install(worker), None)
-        os.kill(os.getpid(), signal.SIGTERM)
+        signal_this_process(signal.SIGTERM)
         assert wait_until(lambda: worker.worker_connections == 0)
         time.sleep(0.2)
         assert sigterm == []  # a connection is still open
@@ -247,7 +248,7 @@ class TestSigterm:
         stop = stop_of(worker, shared)
         stop.note_early_term()
         signal.signal(signal.SIGTERM, worker.handle_exit)  # Gunicorn's init_signals, then load_wsgi
-        os.kill(os.getpid(), signal.SIGTERM)
+        signal_this_process(signal.SIGTERM)
         assert stop.term_at is not None and worker.alive is False
         with caplog.at_level(logging.INFO, logger="graceful"):
             stop.install(5.0, None, None)
@@ -259,7 +260,7 @@ class TestSigterm:
         """A TERM between the fork and Gunicorn's own handler is noted, and acted on once installed."""
         stop = stop_of(SyncWorker())
         stop.note_early_term()
-        os.kill(os.getpid(), signal.SIGTERM)
+        signal_this_process(signal.SIGTERM)
         assert stop.term_at is not None
         signal.signal(signal.SIGTERM, lambda signum, _frame: sigterm.append(signum))  # Gunicorn's init_signals
         stop.install(5.0, None, None)

@@ -30,7 +30,7 @@ from graceful.gunicorn.stop_reason import StopReason
 from graceful.gunicorn.worker import WorkerShutdown
 from graceful.testing import FakeClock
 from graceful.wsgi.middleware import GracefulMiddleware
-from tests.gunicorn.fakes import FakeGthreadLoop, FakeWorker, gunicorns_term_handler
+from tests.gunicorn.fakes import FakeGthreadLoop, FakeWorker, gunicorns_term_handler, signal_this_process
 from tests.gunicorn.test_http2 import FakeServer
 
 SOON = 10.0  # real seconds: a bound for a loaded machine, never reached when things work
@@ -226,7 +226,7 @@ class TestExit:
         ran = cleanup_log(shutdown.lifecycle)
         master.fire(Kind.SHUTDOWN_INITIATED)
         assert shutdown.lifecycle.shutdown_initiated.wait(SOON)
-        os.kill(os.getpid(), signal.SIGTERM)  # the master's TERM: the handler runs in this main thread
+        signal_this_process(signal.SIGTERM)  # the master's TERM
         assert fake.left_loop.wait(SOON)
         shutdown.exit()
         assert ran == ["close-pool"]
@@ -239,7 +239,7 @@ class TestExit:
         shutdown = booted(fake, master)
         ran = cleanup_log(shutdown.lifecycle)
         master.fire(Kind.SHUTDOWN_INITIATED)
-        os.kill(os.getpid(), signal.SIGTERM)
+        signal_this_process(signal.SIGTERM)
         assert fake.left_loop.wait(SOON)
         assert gc.get_freeze_count() == 0
         shutdown.exit()
@@ -265,7 +265,7 @@ class TestExit:
             request.start()
         entered.wait()  # all three are in the app
         master.fire(Kind.SHUTDOWN_INITIATED)
-        os.kill(os.getpid(), signal.SIGTERM)
+        signal_this_process(signal.SIGTERM)
         assert fake.left_loop.wait(SOON)
         began = wait_for(lambda: shutdown.lifecycle.stats.drain is not None)
         assert began
@@ -286,7 +286,7 @@ class TestExit:
         ran = cleanup_log(shutdown.lifecycle)
         master.channel.set_stop_reason(reason)  # the master sends it before its TERM
         with caplog.at_level(logging.INFO, logger="graceful"):
-            os.kill(os.getpid(), signal.SIGTERM)
+            signal_this_process(signal.SIGTERM)
             assert fake.left_loop.wait(SOON)
             shutdown.exit()
         pid = os.getpid()
@@ -335,7 +335,7 @@ class TestHttp2:
         connection.sent_final(1)
         assert [connection.accepts(stream) for stream in (1, 3, 5)] == [True, False, False]
         assert shutdown.lifecycle.stats.rejections()["refused_stream"] == 2
-        os.kill(os.getpid(), signal.SIGTERM)
+        signal_this_process(signal.SIGTERM)
         assert fake.left_loop.wait(SOON)
         shutdown.exit()
         [part] = master.parts()
@@ -349,7 +349,7 @@ class TestGthread:
         fake = FakeWorker("gthread", gthread=loop)
         shutdown = booted(fake, master)
         assert loop.calls == ["take over max_requests"]
-        os.kill(os.getpid(), signal.SIGTERM)
+        signal_this_process(signal.SIGTERM)
         assert fake.left_loop.wait(SOON)  # Gunicorn's handler runs only at the end of graceful's stop
         assert loop.calls == ["take over max_requests", "stop accepting", "late accepts", "bound drain", "wake"]
         shutdown.exit()

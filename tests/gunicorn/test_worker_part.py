@@ -16,7 +16,7 @@ import threading
 import pytest
 
 from graceful.gunicorn.channel import Kind
-from tests.gunicorn.fakes import FakeWorker
+from tests.gunicorn.fakes import FakeWorker, signal_this_process
 from tests.gunicorn.test_worker import SOON, Master, booted, master
 
 __all__ = ["master"]  # the fixture, shared with test_worker.py
@@ -47,7 +47,7 @@ class TestPartWhileTheWatchLags:
         shutdown = booted(fake, master)
         try:
             master.fire(Kind.SHUTDOWN_INITIATED)
-            os.kill(os.getpid(), signal.SIGTERM)  # the master's TERM: the handler runs in this main thread
+            signal_this_process(signal.SIGTERM)  # the master's TERM
             assert fake.left_loop.wait(SOON)
             shutdown.exit()
         finally:
