@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import os
 import selectors
 import sys
@@ -27,7 +26,7 @@ import threading
 import time
 from typing import Any, Protocol
 
-from graceful.gunicorn.adapter.release import gunicorn_release
+from graceful.gunicorn.adapter.release import bound_worker_drain, gunicorn_release
 
 __all__ = ["GthreadLoop", "probe_gthread", "stop_accepting_22"]
 
@@ -88,8 +87,7 @@ class _Common:
         return int(self.worker.nr_conns)
 
     def bound_gunicorn_drain(self, seconds: float) -> None:
-        # Gunicorn's cfg.set validates a positive whole number of seconds.
-        self.worker.cfg.set("graceful_timeout", max(1, math.ceil(seconds)))
+        bound_worker_drain(self.worker, seconds)
 
 
 class _MainLoop24(_Common):

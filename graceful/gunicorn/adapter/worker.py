@@ -13,7 +13,6 @@ fake worker can drive a worker's whole stop in a unit test.
 from __future__ import annotations
 
 import errno
-import math
 import os
 import threading
 from collections.abc import Callable
@@ -23,7 +22,7 @@ from typing import Any, Protocol
 from graceful.gunicorn.adapter.gevent import GeventServers, record_servers
 from graceful.gunicorn.adapter.gthread import GthreadLoop, probe_gthread
 from graceful.gunicorn.adapter.http2 import probe_http2
-from graceful.gunicorn.adapter.release import GunicornMissing, missing_attributes
+from graceful.gunicorn.adapter.release import GunicornMissing, bound_worker_drain, missing_attributes
 from graceful.gunicorn.http2 import Http2Drain, Http2Server
 from graceful.gunicorn.worker_classes import worker_kind
 
@@ -133,8 +132,7 @@ class WorkerAdapter:
 
     def bound_gunicorn_drain(self, seconds: float) -> None:
         """Bound Gunicorn's own drain in this worker to ``seconds`` (its copy of ``graceful_timeout``)."""
-        # Gunicorn's cfg.set validates a positive whole number of seconds.
-        self._worker.cfg.set("graceful_timeout", max(1, math.ceil(seconds)))
+        bound_worker_drain(self._worker, seconds)
 
     def app(self) -> Any:
         """The WSGI app this worker serves (loaded by ``post_worker_init``)."""
