@@ -26,16 +26,9 @@ from graceful.core.sequences import (
 )
 from graceful.core.signals import LifecycleSignal
 from graceful.testing import FakeClock, SignalRecorder
+from tests.conftest import QUICK_HOOKS_ORDER
 
-TIMELINE = [
-    "ShutdownInitiated",
-    "PreShutdownHooksStopped",
-    "AfterShutdownDelayDuration",
-    "NotAcceptingNewRequests",
-    "HTTPServerStoppedListening",
-    "InFlightRequestsDrained",
-    "CleanupFinished",
-]
+TIMELINE = QUICK_HOOKS_ORDER  # the pre-shutdown hooks (none here) end before the delay does
 
 
 class FakeMaster:
