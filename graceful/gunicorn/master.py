@@ -184,14 +184,13 @@ class MasterShutdown:
         meanwhile switches to the quick stop, as in Gunicorn: False.
         """
         arbiter = self.arbiter
+        timeout = arbiter.graceful_timeout()
         logger.info(
             "graceful: stopping %d worker(s): each drains and cleans up, SIGKILL after graceful_timeout (%gs)",
             len(arbiter.worker_pids()),
-            arbiter.graceful_timeout(),
+            timeout,
         )
-        gone = self._stop_and_reap(
-            arbiter.signal_workers, arbiter.reap, lambda: bool(arbiter.worker_pids()), arbiter.graceful_timeout()
-        )
+        gone = self._stop_and_reap(arbiter.signal_workers, arbiter.reap, lambda: bool(arbiter.worker_pids()), timeout)
         if gone is None:  # the quick stop: Gunicorn's own stop() finishes it, the dirty pool included
             return False
         if not gone:
