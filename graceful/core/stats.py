@@ -17,7 +17,7 @@ request hot path before a shutdown:
   counted where they are answered;
 * the drain: how many requests it waited for, how long, how many it abandoned;
 * health-check results, per endpoint and check, counted where probes are
-  evaluated (:mod:`graceful.wsgi.health`);
+  evaluated (:mod:`graceful.http.health`);
 * samples (in-flight count, arrivals and rejections so far) every
   :data:`SAMPLE_INTERVAL` seconds from ShutdownInitiated to CleanupFinished,
   taken by a :class:`Sampler` on the ``graceful-sampler`` thread.
