@@ -348,7 +348,7 @@ class LongLived:
     def _signal(self, name: str, at: float) -> None:
         """A lifecycle signal fired (on the firing thread): act on the loop."""
         loop = self._loop
-        if loop is None or loop.is_closed():
+        if loop is None:
             return
         if name == "ShutdownInitiated":
             _call_soon(loop, self._spread, at)
