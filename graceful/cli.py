@@ -141,9 +141,7 @@ def _parser() -> argparse.ArgumentParser:
         " on Uvicorn (pip install 'graceful-wsgi[asgi]'); SIGTERM or SIGINT runs the graceful shutdown (a second"
         " one exits 1 at once).",
     )
-    serve.add_argument(
-        "app", metavar="MODULE:APP", help="the WSGI or ASGI app, as module:attr or module:factory()"
-    )
+    serve.add_argument("app", metavar="MODULE:APP", help="the WSGI or ASGI app, as module:attr or module:factory()")
     serve.add_argument(
         "-b",
         "--bind",

@@ -39,6 +39,7 @@ EXTRAS = {
     "prometheus": ["prometheus_client"],
     "http2": ["h2"],
     "plot": ["matplotlib"],
+    "asgi": ["uvicorn", "graceful.uvicorn.server"],
 }
 
 

@@ -73,9 +73,7 @@ class UvicornMissing(ImportError):
     """Uvicorn is not installed; the message (one line) says how to install it."""
 
     def __init__(self) -> None:
-        super().__init__(
-            "serving an ASGI app needs Uvicorn, which is not installed: pip install 'graceful-wsgi[asgi]'"
-        )
+        super().__init__("serving an ASGI app needs Uvicorn, which is not installed: pip install 'graceful-wsgi[asgi]'")
 
 
 class UvicornRefused(RuntimeError):
@@ -248,7 +246,7 @@ def _cycle_of(connection: Any) -> Any:
 def _graceful_server_class(base: Any) -> Any:
     """``uvicorn.Server`` with graceful's signal handling and startup/shutdown notices."""
 
-    class GracefulUvicornServer(base):  # type: ignore[misc, valid-type]  # Uvicorn's class, known at run time
+    class GracefulUvicornServer(base):  # type: ignore[misc]  # Uvicorn's class, known at run time
         graceful: Uvicorn
 
         @contextlib.contextmanager

@@ -132,7 +132,7 @@ def wrap_asgi_app(app: Any, lifecycle: Lifecycle | None = None) -> tuple[Any, Li
 
 
 class UvicornServer:
-    """One Uvicorn serving one ASGI app on ``sock``: the :class:`~graceful.core.lifecycle.ServerAdapter` of its lifecycle.
+    """One Uvicorn serving one ASGI app on ``sock``; the ServerAdapter of its lifecycle (:meth:`stop_listening`).
 
     Build it on the main thread (it probes Uvicorn: raises
     :class:`UvicornMissing` or :class:`UvicornRefused`), then :meth:`run` it
@@ -373,7 +373,9 @@ def _run(server: UvicornServer, lifecycle: Lifecycle) -> int:
         logger.error("graceful: %s", exc)
         return 1
     except SystemExit as exc:  # Uvicorn's own exit: the app's lifespan startup failed
-        logger.error("graceful: Uvicorn exited during its startup (status %s); the app's lifespan startup failed?", exc.code)
+        logger.error(
+            "graceful: Uvicorn exited during its startup (status %s); the app's lifespan startup failed?", exc.code
+        )
         return 1
     started = lifecycle.shutdown_initiated.fired_at
     if started is None:
