@@ -64,7 +64,7 @@ class Figures:
 
     @property
     def readyz_503_from_t0(self) -> bool:
-        """Every /readyz probe sent after T0 that got an answer got 503 (and at least one did)."""
+        """Every /readyz probe sent after the server's T0 that got an answer got 503 (and at least one did)."""
         answered = [status for status in self.readyz_after_term if status.isdigit()]
         return bool(answered) and all(status == "503" for status in answered)
 
@@ -198,6 +198,10 @@ def run(
                 time.sleep(AFTER_TERM_INTERVAL)
 
         def probe() -> None:
+            # From the server's T0: the signal takes a moment to reach it (its ShutdownInitiated line;
+            # plain Uvicorn logs none, so from the kill).
+            while tail.first("ShutdownInitiated") is None and time.monotonic() < t0 + 0.2:
+                time.sleep(0.005)
             while time.monotonic() < t0 + AFTER_TERM:
                 probes.append(_get(base + "/readyz", timeout=2.0))
                 if health_port is not None:
