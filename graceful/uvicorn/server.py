@@ -372,10 +372,11 @@ def _run(server: UvicornServer, lifecycle: Lifecycle) -> int:
     except UvicornRefused as exc:
         logger.error("graceful: %s", exc)
         return 1
-    except SystemExit as exc:  # Uvicorn's own exit: the app's lifespan startup failed
-        logger.error(
-            "graceful: Uvicorn exited during its startup (status %s); the app's lifespan startup failed?", exc.code
-        )
+    except SystemExit as exc:  # Uvicorn's own exit during its startup: the app's lifespan startup failed
+        why = Lifespan.of(lifecycle).waiting or "the app's lifespan startup did not complete"
+        if "\n" in why:  # the app's message is a traceback (Starlette's): Uvicorn logged it; its last line here
+            why = f"{why.partition(': ')[0]}: {why.strip().splitlines()[-1]}"
+        logger.error("graceful: Uvicorn stopped during its startup (its status %s): %s", exc.code, why)
         return 1
     started = lifecycle.shutdown_initiated.fired_at
     if started is None:

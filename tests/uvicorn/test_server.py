@@ -178,6 +178,25 @@ class TestTimeline:
         assert seen == [False, True]
 
 
+class TestStartUpFailure:
+    def test_a_failed_lifespan_startup_exits_1_with_the_apps_reason(self, caplog: pytest.LogCaptureFixture) -> None:
+        """Uvicorn exits during its startup (the app's lifespan startup failed): status 1, one line saying why."""
+        lifecycle = lifecycle_recording([])
+
+        class Failing(recording([])):  # type: ignore[misc]
+            async def startup(self, sockets: Any = None) -> None:
+                Lifespan.of(lifecycle).waiting = "the app's lifespan startup failed: no database"
+                raise SystemExit(3)  # what Uvicorn does then
+
+        uvicorn = fake_uvicorn(server=Failing)
+        assert serve_asgi(app, "127.0.0.1", 0, lifecycle=lifecycle, uvicorn_module=uvicorn) == 1
+        assert (
+            "graceful: Uvicorn stopped during its startup (its status 3): the app's lifespan startup failed:"
+            " no database" in caplog.text
+        )
+        assert not lifecycle.shutdown_initiated.is_set()
+
+
 class TestWrap:
     def test_a_plain_app_is_wrapped_with_the_lifecycle(self) -> None:
         """A bare ASGI app gets the middleware of the lifecycle given."""
