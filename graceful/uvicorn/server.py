@@ -155,7 +155,11 @@ class UvicornServer:
         #: The address it listens on (host, port): the socket closes at the stop.
         self.address: tuple[str, int] = sock.getsockname()[:2]
         self.lifecycle = lifecycle
+        # The loop once Uvicorn serves; and whether the stop came before that. Guarded by _lock (held briefly,
+        # never across a wait: the loop takes it too).
+        self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopped_before_serving = False
         self.uvicorn = Uvicorn.probe(
             self._started,
             module=uvicorn_module,
@@ -184,8 +188,20 @@ class UvicornServer:
     # -- the event loop ---------------------------------------------------------------------------
 
     def _started(self, loop: asyncio.AbstractEventLoop) -> None:
-        """On the loop: Uvicorn serves (the app's lifespan startup is done); the post-start hooks start."""
-        self._loop = loop
+        """On the loop: Uvicorn serves (the app's lifespan startup is done); the post-start hooks start.
+
+        When the shutdown stopped listening already (a SIGTERM during the
+        app's lifespan startup), Uvicorn stops at once instead: its listener
+        closes, its shutdown (the lifespan's too) runs, bounded by hook_timeout.
+        """
+        with self._lock:
+            self._loop = loop
+            stopped = self._stopped_before_serving
+        if stopped:
+            logger.warning("graceful: Uvicorn's startup ended after the shutdown stopped listening: stopping it")
+            self.uvicorn.close_listeners()
+            self.uvicorn.exit(self.lifecycle.config.hook_timeout)
+            return
         host, port = self.address
         logger.info(
             "graceful: listening on http://%s:%d with Uvicorn %s (pid %d)",
@@ -230,9 +246,14 @@ class UvicornServer:
                 waiting,
                 _QUEUE_DRAIN_TIMEOUT,
             )
-        loop = self._loop
-        if loop is None or self.uvicorn.finished.is_set():
-            self.sock.close()  # Uvicorn is not serving (not yet, or no more): nothing else holds it
+        with self._lock:
+            loop = self._loop
+            self._stopped_before_serving = loop is None
+        if self.uvicorn.finished.is_set():
+            self.sock.close()  # Uvicorn stopped serving on its own: nothing else holds it
+            return
+        if loop is None:  # Uvicorn's startup (the app's lifespan startup) has not ended: _started stops it
+            logger.warning("graceful: stopping before Uvicorn's startup ended: it stops as soon as it does")
             return
         try:
             future = asyncio.run_coroutine_threadsafe(self._stop(), loop)
@@ -268,9 +289,10 @@ class UvicornServer:
         Raises when Uvicorn's shutdown does not end in time or the app's
         lifespan shutdown failed, so the record says so.
         """
-        loop = self._loop
+        with self._lock:
+            loop = self._loop
         if loop is None or self.uvicorn.finished.is_set():
-            return
+            return  # not serving yet (_started stops it), or no more
         clock = self.lifecycle.clock
         bound = max(0.0, self.lifecycle.config.hook_timeout - _TASK_MARGIN)
         deadline = clock.now() + bound

@@ -154,12 +154,25 @@ class TestTimeline:
             release.set()
             runner.join(SOON)
 
-    def test_stop_listening_before_uvicorn_serves_closes_the_socket(self, sock: socket.socket) -> None:
-        """A stop before Uvicorn's startup ended: nothing accepts, the socket is closed at once."""
-        lifecycle = lifecycle_recording([])
-        server = server_of(lifecycle, sock, recording([]))
-        server.stop_listening()
-        assert sock.fileno() == -1
+    def test_a_sigterm_during_the_lifespan_startup_stops_uvicorn_once_it_ends(self, sock: socket.socket) -> None:
+        """The whole timeline runs during Uvicorn's startup: when it ends, the listener closes and Uvicorn stops."""
+        events: list[str] = []
+        lifecycle = lifecycle_recording(events)
+
+        class SlowStartup(recording(events)):  # type: ignore[misc]
+            async def startup(self, sockets: Any = None) -> None:
+                lifecycle.request_shutdown()
+                assert finished(lifecycle)  # blocks this fake's loop: nothing of the timeline needs it yet
+                await super().startup(sockets=sockets)
+
+        server = server_of(lifecycle, sock, SlowStartup)
+        server.run()
+        assert events[-4:] == [
+            "CleanupFinished",
+            "startup",
+            "listener closed",
+            "uvicorn shutdown (timeout_graceful_shutdown 4.00)",
+        ]
 
     def test_readiness_waits_for_uvicorns_startup(self, sock: socket.socket) -> None:
         """The readiness check 'uvicorn' fails until Uvicorn's startup has ended."""
