@@ -90,7 +90,9 @@ def drain_and_clean_up(lifecycle: Lifecycle, drain_timeout: float) -> None:
     lifecycle.drain(drain_timeout)  # wait for the in-flight requests, up to drain_timeout
     lifecycle.in_flight_requests_drained.fire()  # InFlightRequestsDrained (or drain_timeout)
     lifecycle.close_listeners()  # retry-after mode: HTTPServerStoppedListening only now
-    lifecycle.run_cleanup_tasks()  # every cleanup task at once, each bounded by its timeout
+    # Every cleanup task at once, each bounded by its timeout; graceful serve of an ASGI app adds one: the
+    # long-lived connections seen out, then Uvicorn's shutdown and the app's lifespan shutdown (graceful.uvicorn).
+    lifecycle.run_cleanup_tasks()
     lifecycle.cleanup_finished.fire()  # CleanupFinished: the process may exit 0
 
 
