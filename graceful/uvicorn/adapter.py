@@ -12,6 +12,7 @@ what graceful touches             why
                                   once, and re-raise the signal at exit: status -15)
 ``Server.startup(sockets)``       wrapped: after Uvicorn's startup (the app's lifespan startup,
                                   then the listeners) graceful learns the loop and serving begins
+                                  (``Server.started`` False: a failed bind, Uvicorn exits next)
 ``Server.shutdown(sockets)``      wrapped: graceful learns when Uvicorn's shutdown has ended
 ``Server.servers``                the asyncio servers: closed on the loop once the kernel's
                                   accept queue is empty (:meth:`Uvicorn.close_listeners`)
