@@ -118,7 +118,7 @@ def run(
     proc = start(argv(port), clean_env({**env, "ASGI_APP_MARKER": str(marker)}))
     tail = OutputTail(proc, name)
     try:
-        _wait_ready(base, proc, tail)
+        wait_ready(base, proc, tail)
         stop = threading.Event()
         threads: list[threading.Thread] = []
         records: list[tuple[float, float, bool]] = []  # keep-alive load: started, ended, ok
@@ -244,7 +244,7 @@ def run(
             proc.kill()
 
 
-def _wait_ready(base: str, proc: subprocess.Popen[str], tail: OutputTail) -> None:
+def wait_ready(base: str, proc: subprocess.Popen[str], tail: OutputTail) -> None:
     deadline = time.monotonic() + START_TIMEOUT
     while time.monotonic() < deadline:
         if proc.poll() is not None:

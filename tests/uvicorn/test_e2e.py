@@ -58,7 +58,7 @@ def test_one_sigterm_under_load_keeps_every_promise(processes: Processes, tmp_pa
     assert figures.ws_codes == [1001] * scenario.SOCKETS, context
     # Spread: told one after another inside the delay, not in the same instant.
     assert all(0 < at < DELAY + 0.5 for at in figures.ws_closed_at), context
-    assert figures.ws_closed_at[-1] - figures.ws_closed_at[0] > 0.1, context
+    assert figures.ws_closed_at[-1] - figures.ws_closed_at[0] > 0.05, context  # plain Uvicorn: within 2 ms
     assert figures.sse_complete == [True] * scenario.STREAMS, context
     assert figures.lifespan == ["startup", "shutdown"], context
     assert figures.exit_status == 0 and not figures.killed, context
@@ -89,7 +89,7 @@ def test_a_second_sigterm_exits_1_at_once(processes: Processes, tmp_path: Path) 
         env=clean_env({**SETTINGS, "GRACEFUL_SHUTDOWN_DELAY": "30", "GRACEFUL_GRACE_PERIOD": "60"}),
     )
     tail = OutputTail(proc, "graceful")
-    scenario._wait_ready(f"http://127.0.0.1:{port}", proc, tail)
+    scenario.wait_ready(f"http://127.0.0.1:{port}", proc, tail)
     os.kill(proc.pid, signal.SIGTERM)
     assert tail.first("ShutdownInitiated") is not None or _wait_line(tail, "ShutdownInitiated")
     second = time.monotonic()
