@@ -356,7 +356,8 @@ def has_asgi_middleware(app: object, lifecycle: Lifecycle | None = None) -> bool
     for entry in getattr(app, "user_middleware", None) or ():
         if getattr(entry, "cls", None) is not GracefulASGIMiddleware:
             continue
-        kwargs = getattr(entry, "kwargs", None) or {}
+        # Starlette 0.35+ keeps args and kwargs; older releases kept the keywords as options.
+        kwargs = getattr(entry, "kwargs", None) or getattr(entry, "options", None) or {}
         args = getattr(entry, "args", None) or ()
         declared = kwargs.get("lifecycle", args[0] if args else None) or _default.default_lifecycle
         if lifecycle is None or declared is lifecycle:
