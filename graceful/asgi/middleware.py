@@ -54,7 +54,6 @@ passes the connection through. A server wraps an app only when
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
@@ -65,6 +64,7 @@ from graceful.core import default as _default
 from graceful.core.gate import Refusal
 from graceful.core.lifecycle import Lifecycle
 from graceful.core.stats import REASON_SHUTTING_DOWN
+from graceful.http.apps import is_asgi_app
 from graceful.http.health import DEFAULT_CHECK_TIMEOUT, HealthChecks
 from graceful.http.long_running import LongRunning, is_long_running
 from graceful.http.probes import CHECK_PREFIXES, METRICS_PATH, ROOT_PATHS, answer_probe
@@ -363,16 +363,3 @@ def has_asgi_middleware(app: object, lifecycle: Lifecycle | None = None) -> bool
         if lifecycle is None or declared is lifecycle:
             return True
     return False
-
-
-def is_asgi_app(app: object) -> bool:
-    """True for an ASGI 3 application: a coroutine function, or an object whose ``__call__`` is one.
-
-    As Uvicorn decides it (``asyncio.iscoroutinefunction`` of the app or its
-    ``__call__``); a WSGI app, ``(environ, start_response)`` returning an
-    iterable, is not one.
-    """
-    if inspect.iscoroutinefunction(app):
-        return True
-    call = getattr(app, "__call__", None)  # noqa: B004 (the method itself, not whether app is callable)
-    return call is not None and inspect.iscoroutinefunction(call)

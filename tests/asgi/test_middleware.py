@@ -618,3 +618,14 @@ class TestNesting:
         """graceful.GracefulASGIMiddleware is the middleware (imported on first use)."""
         assert graceful.GracefulASGIMiddleware is GracefulASGIMiddleware
         assert "GracefulASGIMiddleware" in graceful.__all__
+
+
+class TestWrongKind:
+    def test_the_wsgi_middleware_refuses_an_asgi_app_in_one_line(self) -> None:
+        """GracefulMiddleware given an ASGI app raises WrongKindOfApp naming the ASGI middleware to use."""
+        from graceful.http.apps import WrongKindOfApp
+
+        with pytest.raises(WrongKindOfApp, match="is an ASGI app; GracefulMiddleware wraps WSGI apps") as refused:
+            graceful.GracefulMiddleware(hello, lifecycle())  # type: ignore[arg-type]
+        assert "\n" not in str(refused.value)
+        assert isinstance(refused.value, TypeError)
