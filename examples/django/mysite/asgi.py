@@ -1,0 +1,17 @@
+"""ASGI config of the example project: Django's, with one import changed.
+
+`from graceful.django import get_asgi_application` instead of Django's own:
+Django's ASGI handler in graceful's ASGI middleware, on the lifecycle that
+"graceful.django" (INSTALLED_APPS) configures from settings.GRACEFUL. Serve it
+with `graceful serve mysite.asgi` (the whole shutdown timeline, on Uvicorn) or
+any ASGI server (`uvicorn mysite.asgi:application`: the health paths and the
+readiness gate; Uvicorn's own shutdown).
+"""
+
+import os
+
+from graceful.django import get_asgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mysite.settings")
+
+application = get_asgi_application()
