@@ -6,6 +6,7 @@ import asyncio
 import json
 import subprocess
 import sys
+import textwrap
 from collections.abc import Iterator
 from typing import Any
 
@@ -143,15 +144,21 @@ class TestGetAsgiApplication:
 
     def test_the_projects_asgi_py_serves_on_the_lifecycle_graceful_django_configured(self, tmp_path: Any) -> None:
         """testsite/asgi.py in a fresh process: Django's handler in the middleware, settings.GRACEFUL, the checks."""
-        script = (
-            "import asyncio, json, httpx, graceful\n"
-            "from testsite.asgi import application as app\n"
-            "async def main():\n"
-            "    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url='http://127.0.0.1') as c:\n"
-            "        return (await c.get('/readyz?verbose')).text, (await c.get('/fast')).status_code\n"
-            "readyz, fast = asyncio.run(main())\n"
-            "print(json.dumps({'handler': type(app.app).__name__, 'default': app.lifecycle is graceful.default_lifecycle,"
-            " 'delay': app.lifecycle.config.shutdown_delay, 'readyz': readyz, 'fast': fast}))\n"
+        script = textwrap.dedent(
+            """
+            import asyncio, json, httpx, graceful
+            from testsite.asgi import application as app
+
+            async def main():
+                transport = httpx.ASGITransport(app=app)
+                async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as c:
+                    return (await c.get("/readyz?verbose")).text, (await c.get("/fast")).status_code
+
+            readyz, fast = asyncio.run(main())
+            seen = {"handler": type(app.app).__name__, "default": app.lifecycle is graceful.default_lifecycle}
+            seen.update(delay=app.lifecycle.config.shutdown_delay, readyz=readyz, fast=fast)
+            print(json.dumps(seen))
+            """
         )
         env = project_env(tmp_path, {"SHUTDOWN_DELAY": 0.5})
         out = subprocess.run(
