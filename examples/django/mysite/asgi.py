@@ -5,7 +5,9 @@ Django's ASGI handler in graceful's ASGI middleware, on the lifecycle that
 "graceful.django" (INSTALLED_APPS) configures from settings.GRACEFUL. Serve it
 with `graceful serve mysite.asgi` (the whole shutdown timeline, on Uvicorn) or
 any ASGI server (`uvicorn mysite.asgi:application`: the health paths and the
-readiness gate; Uvicorn's own shutdown).
+readiness gate; Uvicorn's own shutdown). Over ASGI, Django's documentation asks
+for CONN_MAX_AGE 0 (settings.py keeps 60 for its WSGI servers): a request's
+connection is not reused by the next one there.
 """
 
 import os
