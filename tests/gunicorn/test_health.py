@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 import time
 from collections.abc import Iterator
@@ -18,10 +19,20 @@ import pytest
 
 from graceful.core.config import Config
 from graceful.core.lifecycle import Lifecycle
+from graceful.core.registry import READINESS_CHECK
+from graceful.gunicorn import health as health_module
 from graceful.gunicorn.adapter.arbiter import ArbiterAdapter
 from graceful.gunicorn.channel import Kind, MasterChannel, WorkerChannel
-from graceful.gunicorn.health import FD_ENV, HANDOFF_ENV, MasterHealth, start_worker_health
+from graceful.gunicorn.health import (
+    FD_ENV,
+    HANDOFF_ENV,
+    HEALTHPORT_CHECK,
+    AddressState,
+    MasterHealth,
+    start_worker_health,
+)
 from graceful.gunicorn.metrics import WorkerMetrics
+from graceful.healthport.address import HealthAddress
 from graceful.healthport.snapshot import Snapshot
 from graceful.http.health import CheckResult
 from graceful.http.replies import NO_METRICS
@@ -143,10 +154,54 @@ class TestCreate:
         with pytest.raises(RuntimeError, match=r"cannot listen on GRACEFUL_HEALTH_BIND='192\.0\.2\.1:8081'"):
             MasterHealth.create(ArbiterAdapter(Arbiter()), lifecycle_with("192.0.2.1:8081"), MasterChannel())
 
-    def test_liveness_bound_is_gunicorns_timeout(self, made: list[MasterHealth]) -> None:
-        """The bound is Gunicorn's timeout, or 30 s when the timeout is off."""
-        assert create(made, Arbiter(timeout=45)).liveness_bound == 45.0
-        assert create(made, Arbiter(timeout=0)).liveness_bound == 30.0
+    def test_an_address_in_use_is_waited_for_with_the_workers_hook(self, made: list[MasterHealth]) -> None:
+        """In use at start-up: no refusal; the workers inherit the readiness check healthport, which passes once
+        the port's thread has bound the address."""
+        holder = HealthAddress("127.0.0.1", 0).bind()
+        try:
+            lifecycle = lifecycle_with(f"127.0.0.1:{holder.getsockname()[1]}")
+            health = create(made, Arbiter(), lifecycle)
+            state = health.address_state
+            assert state is not None and state.get() == AddressState.WAITING
+            [check] = lifecycle.registry.hooks(READINESS_CHECK)
+            assert check.name == HEALTHPORT_CHECK
+            with pytest.raises(RuntimeError, match="waiting for its address"):
+                check.fn()
+            health.start()
+            holder.close()
+            assert eventually(lambda: state.get() == AddressState.BOUND)
+            check.fn()  # passes
+            assert probe(health, "/livez")[0] == 200
+        finally:
+            holder.close()
+
+    def test_bound_at_once_no_hook(self, made: list[MasterHealth]) -> None:
+        """A free address: nothing to wait for, no check."""
+        lifecycle = lifecycle_with()
+        assert create(made, Arbiter(), lifecycle).address_state is None
+        assert lifecycle.registry.hooks(READINESS_CHECK) == []
+
+    def test_giving_up_stops_the_server_as_a_sigterm(
+        self, made: list[MasterHealth], monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """At the bound the workers' checks say so and the master sends itself one SIGTERM (none while it is
+        stopping already)."""
+        sent: list[tuple[int, int]] = []
+        monkeypatch.setattr(health_module.os, "kill", lambda pid, signum: sent.append((pid, signum)))
+        holder = HealthAddress("127.0.0.1", 0).bind()
+        try:
+            health = create(made, Arbiter(), lifecycle_with(f"127.0.0.1:{holder.getsockname()[1]}"))
+            state = health.address_state
+            assert state is not None
+            health._give_up()
+            assert state.get() == AddressState.GAVE_UP and sent == [(os.getpid(), signal.SIGTERM)]
+            with pytest.raises(RuntimeError, match="stayed in use: the server is stopping"):
+                state.check()
+            health.lifecycle.initiate_shutdown()
+            health._give_up()
+            assert len(sent) == 1
+        finally:
+            holder.close()
 
 
 class TestAggregation:

@@ -300,6 +300,61 @@ class TestReplacementsUnderLoad:
         assert server.proc.poll() is None
 
 
+#: A budget that fits a 4 s grace period.
+SHORT_BUDGET = {"GRACEFUL_SHUTDOWN_DELAY": "0.5", "GRACEFUL_DRAIN_TIMEOUT": "1", "GRACEFUL_HOOK_TIMEOUT": "1"}
+
+
+class TestAddressInUse:
+    """GRACEFUL_HEALTH_BIND held by another process at start-up: a bounded wait (the grace period, 4 s here)."""
+
+    def held(self) -> socket.socket:
+        holder = socket.socket()
+        holder.bind(("127.0.0.1", 0))
+        holder.listen(1)
+        return holder
+
+    def start(self, processes: Processes, holder: socket.socket) -> Instance:
+        port = holder.getsockname()[1]
+        env = {**SHORT_BUDGET, "GRACEFUL_GRACE_PERIOD": "4", "GRACEFUL_HEALTH_BIND": f"127.0.0.1:{port}"}
+        server = Instance(processes, "gthread", env=env)
+        server.health = port
+        return server
+
+    def test_bound_once_freed_and_the_app_port_says_so_meanwhile(self, processes: Processes) -> None:
+        """The server starts; /readyz on the app's port fails its check healthport until the holder lets go;
+        then the health port binds, saying after how long, and both ports' /readyz answer 200."""
+        holder = self.held()
+        try:
+            server = self.start(processes, holder)
+            server.server.wait_for(r"health port 127\.0\.0\.1:\d+ is in use .* for up to 4s, then stopping the server")
+            deadline = time.monotonic() + 30
+            answer = ""
+            while not answer.startswith("503") and time.monotonic() < deadline:
+                answer = probe(server.port, "/readyz?verbose", timeout=5)
+                time.sleep(0.1)
+            assert answer == "503 [-]healthport", answer
+        finally:
+            holder.close()
+        server.wait("/readyz", "200")
+        assert probe(server.port, "/readyz", timeout=5) == "200"
+        assert server.master_lines(r"health port listening on 127\.0\.0\.1:\d+ .* after waiting \d+\.\ds")
+        assert not server.server.matching("giving up") and server.proc.poll() is None
+
+    def test_still_in_use_at_the_bound_stops_the_server(self, processes: Processes) -> None:
+        """Never freed: after the grace period one ERROR line says it gives up, and the server stops as on SIGTERM."""
+        holder = self.held()
+        try:
+            server = self.start(processes, holder)
+            server.server.wait_for(r"is in use")
+            started = time.monotonic()
+            server.server.wait_for(r"\[ERROR\] graceful: health port .* still in use after 4\.\ds: giving up")
+            assert server.server.exit_code(30) == 0
+            assert time.monotonic() - started < 4 + 4 + 5  # the bound, then a shutdown within its grace period
+            assert server.master_lines("SIGTERM: shutting down gracefully")
+        finally:
+            holder.close()
+
+
 class TestBadInput:
     def test_bad_input_never_stops_the_master(self, processes: Processes) -> None:
         """Not HTTP, a byte a second, 1,000 idle connections, a 64 KB request line: each answered or closed,
