@@ -278,7 +278,7 @@ class TestReplacementsUnderLoad:
     def test_readyz_stays_200_through_hups_recycling_ttin_and_ttou(self, processes: Processes) -> None:
         """Steady traffic with max_requests recycling, a HUP a second, a TTIN and a TTOU, for 12 s: each of the
         health port's /readyz probes (every 100 ms) answers 200, as the app's port serves every request."""
-        args = ("-w", "2", "--max-requests", "40", "--max-requests-jitter", "10")
+        args = ("-w", "2", "--max-requests", "15", "--max-requests-jitter", "5")
         # Each worker takes 0.3 s to import the app, as a small real one does: replacements boot for that long.
         server = Instance(processes, "gthread", env={"HEALTH_APP_IMPORT_S": "0.3"}, args=args)
         server.wait("/readyz", "200")
@@ -293,10 +293,10 @@ class TestReplacementsUnderLoad:
                 readies.append((time.monotonic() - started, probe(server.health, "/readyz?verbose", "127.0.0.2")))
                 time.sleep(max(0.0, started + (index + 1) * 0.1 - time.monotonic()))
         failed = [(round(at, 2), answer) for at, answer in readies if answer != "200"]
-        assert failed == [], failed
-        assert set(outcomes) == {"200"} and len(outcomes) > 300, sorted(set(outcomes))
-        assert len(server.master_lines("Hang up")) == 12
-        assert len(server.server.matching(r"Booting worker with pid")) >= 2 + 12 * 2 + 10  # HUPs, recycling
+        assert failed == [], f"{len(failed)} of {len(readies)} probes failed: {failed}"
+        assert set(outcomes) == {"200"} and len(outcomes) > 100, sorted(set(outcomes))
+        server.server.wait_for(r"Hang up", count=12)
+        assert len(server.server.matching(r"graceful: worker \d+ stopping \(recycled\)")) >= 5  # max_requests
         assert server.proc.poll() is None
 
 
