@@ -19,6 +19,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -38,6 +39,12 @@ SHAPES = {
 CAPACITY = {"sync": 2, "gthread": 4, "gevent": 4}
 #: An answer that is an HTTP status (not a refusal, a reset or a timeout).
 ANSWERED = re.compile(r"^\d{3}\b")
+
+
+def gunicornc(socket_path: Path, *command: str) -> None:
+    """One command on Gunicorn 25.1+'s control socket, as an operator runs it (raises when it fails)."""
+    argv = [str(Path(GUNICORN).parent / "gunicornc"), "-s", str(socket_path), "-c", " ".join(command)]
+    subprocess.run(argv, capture_output=True, text=True, timeout=30, check=True)
 
 
 class WorkerDidNotBoot(AssertionError):
@@ -62,13 +69,20 @@ class Instance:
     """A graceful Gunicorn with GRACEFUL_HEALTH_BIND (a free port), serving tests/live/health_app.py."""
 
     def __init__(
-        self, processes: Processes, shape: str, env: dict[str, str] | None = None, args: tuple[str, ...] = ()
+        self,
+        processes: Processes,
+        shape: str,
+        env: dict[str, str] | None = None,
+        args: tuple[str, ...] = (),
+        control_socket: Path | None = None,
     ) -> None:
         self.port, self.health = free_port(), free_port()
         full_env = clean_env({"GRACEFUL_HEALTH_BIND": f"127.0.0.1:{self.health}", "GRACEFUL_SHUTDOWN_DELAY": "1"})
         full_env.update(env or {})
         argv = [GUNICORN, "-c", str(GRACEFUL_CONF), "--pythonpath", str(LIVE), "-b", f"127.0.0.1:{self.port}"]
-        if _has_control_socket():  # tests must not share ~/.gunicorn/gunicorn.ctl
+        if control_socket is not None:
+            argv += ["--control-socket", str(control_socket)]
+        elif _has_control_socket():  # tests must not share ~/.gunicorn/gunicorn.ctl
             argv.append("--no-control-socket")
         argv += [*SHAPES[shape], *args, "health_app:app"]
         self.server = Server(processes.start(argv, env=full_env, cwd=ROOT), self.port)
@@ -275,27 +289,36 @@ class TestRestarts:
 
 
 class TestReplacementsUnderLoad:
-    def test_readyz_stays_200_through_hups_recycling_ttin_and_ttou(self, processes: Processes) -> None:
-        """Steady traffic with max_requests recycling, a HUP a second, a TTIN and a TTOU, for 12 s: each of the
-        health port's /readyz probes (every 100 ms) answers 200, as the app's port serves every request."""
+    def test_readyz_stays_200_through_hups_recycling_ttin_and_ttou(self, processes: Processes, tmp_path: Path) -> None:
+        """Steady traffic with max_requests recycling, a HUP a second, a TTIN and a TTOU (and on Gunicorn 25.1+
+        the control socket's worker remove and add), for 12 s: each of the health port's /readyz probes (every
+        100 ms) answers 200, as the app's port serves every request."""
         args = ("-w", "2", "--max-requests", "15", "--max-requests-jitter", "5")
+        control = tmp_path / "g.ctl" if _has_control_socket() else None
         # Each worker takes 0.3 s to import the app, as a small real one does: replacements boot for that long.
-        server = Instance(processes, "gthread", env={"HEALTH_APP_IMPORT_S": "0.3"}, args=args)
+        server = Instance(processes, "gthread", env={"HEALTH_APP_IMPORT_S": "0.3"}, args=args, control_socket=control)
         server.wait("/readyz", "200")
         readies: list[tuple[float, str]] = []
+        commands: list[Future[None]] = []
         started = time.monotonic()
-        with traffic(server.port, period=0.005, seconds=30) as outcomes:
+        with traffic(server.port, period=0.005, seconds=30) as outcomes, ThreadPoolExecutor(1) as operator:
             for index in range(120):
                 if index % 10 == 5:
                     server.proc.send_signal(signal.SIGHUP)
                 if index in (30, 80):
                     server.proc.send_signal(signal.SIGTTIN if index == 30 else signal.SIGTTOU)
+                if control is not None and index in (50, 90):  # gunicornc is a process of its own: off the beat
+                    commands.append(operator.submit(gunicornc, control, "worker", "remove" if index == 50 else "add"))
                 readies.append((time.monotonic() - started, probe(server.health, "/readyz?verbose", "127.0.0.2")))
                 time.sleep(max(0.0, started + (index + 1) * 0.1 - time.monotonic()))
         failed = [(round(at, 2), answer) for at, answer in readies if answer != "200"]
         assert failed == [], f"{len(failed)} of {len(readies)} probes failed: {failed}"
         assert set(outcomes) == {"200"} and len(outcomes) > 100, sorted(set(outcomes))
         server.server.wait_for(r"Hang up", count=12)
+        for done in commands:
+            done.result(30)  # each command was accepted
+        if control is not None:
+            server.server.wait_for(r"graceful: worker \d+ stopp(ed|ing) \(scale-in\)", count=2)  # TTOU, remove
         assert len(server.server.matching(r"graceful: worker \d+ stopping \(recycled\)")) >= 5  # max_requests
         assert server.proc.poll() is None
 
