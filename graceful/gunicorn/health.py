@@ -66,7 +66,6 @@ import contextlib
 import logging
 import mmap
 import os
-import signal
 import socket
 import time
 from collections.abc import Callable, Sequence
@@ -145,8 +144,17 @@ class MasterHealth:
     :class:`~graceful.healthport.view.Sources`, on the port's thread.
     """
 
-    def __init__(self, arbiter: Arbiter, lifecycle: Lifecycle, address: HealthAddress, channel: MasterChannel) -> None:
+    def __init__(
+        self,
+        arbiter: Arbiter,
+        lifecycle: Lifecycle,
+        address: HealthAddress,
+        channel: MasterChannel,
+        stop_server: Callable[[], None] = lambda: None,
+    ) -> None:
         self.arbiter = arbiter
+        # Stops the server as a first TERM does (the master's request_stop), from any thread.
+        self._stop_server = stop_server
         self.lifecycle = lifecycle
         self.address = address
         self._pid = os.getpid()
@@ -192,7 +200,13 @@ class MasterHealth:
             lifecycle.readiness_check(HEALTHPORT_CHECK)(self.address_state.check)
 
     @classmethod
-    def create(cls, arbiter: Arbiter, lifecycle: Lifecycle, channel: MasterChannel) -> MasterHealth | None:
+    def create(
+        cls,
+        arbiter: Arbiter,
+        lifecycle: Lifecycle,
+        channel: MasterChannel,
+        stop_server: Callable[[], None] = lambda: None,
+    ) -> MasterHealth | None:
         """The health port of ``GRACEFUL_HEALTH_BIND``, bound; None when it is off. Raises RuntimeError.
 
         Refused at start-up: an address Gunicorn's ``bind`` also uses, and any
@@ -208,7 +222,7 @@ class MasterHealth:
                     f" {bind!r}: give the health port a port of its own"
                 )
         try:
-            return cls(arbiter, lifecycle, address, channel)
+            return cls(arbiter, lifecycle, address, channel, stop_server)
         except OSError as exc:
             raise RuntimeError(f"graceful: cannot listen on GRACEFUL_HEALTH_BIND={str(address)!r}: {exc}") from None
 
@@ -312,8 +326,8 @@ class MasterHealth:
         if self.address_state is not None:
             self.address_state.set(AddressState.GAVE_UP)
         if self.lifecycle.shutdown_initiated.is_set():
-            return  # stopping already: another TERM would be a second one (exit 1 at once)
-        os.kill(os.getpid(), signal.SIGTERM)
+            return  # stopping already
+        self._stop_server()
 
     # -- Sources of the view (the port's thread) --------------------------------------------------
 

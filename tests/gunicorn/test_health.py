@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import sys
 import time
 from collections.abc import Iterator
@@ -20,7 +19,6 @@ import pytest
 from graceful.core.config import Config
 from graceful.core.lifecycle import Lifecycle
 from graceful.core.registry import READINESS_CHECK
-from graceful.gunicorn import health as health_module
 from graceful.gunicorn.adapter.arbiter import ArbiterAdapter
 from graceful.gunicorn.channel import Kind, MasterChannel, WorkerChannel
 from graceful.gunicorn.health import (
@@ -184,22 +182,26 @@ class TestCreate:
     def test_giving_up_stops_the_server_as_a_sigterm(
         self, made: list[MasterHealth], monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        """At the bound the workers' checks say so and the master sends itself one SIGTERM (none while it is
-        stopping already)."""
-        sent: list[tuple[int, int]] = []
-        monkeypatch.setattr(health_module.os, "kill", lambda pid, signum: sent.append((pid, signum)))
+        """At the bound the workers' checks say so and the server is asked to stop, as a first TERM does
+        (no signal sent); not while it is stopping already."""
+        stops: list[bool] = []
         holder = HealthAddress("127.0.0.1", 0).bind()
         try:
-            health = create(made, Arbiter(), lifecycle_with(f"127.0.0.1:{holder.getsockname()[1]}"))
+            address = f"127.0.0.1:{holder.getsockname()[1]}"
+            lifecycle = lifecycle_with(address)
+            stop = lambda: stops.append(True)  # noqa: E731
+            health = MasterHealth.create(ArbiterAdapter(Arbiter()), lifecycle, MasterChannel(), stop_server=stop)
+            assert health is not None
+            made.append(health)
             state = health.address_state
             assert state is not None
             health._give_up()
-            assert state.get() == AddressState.GAVE_UP and sent == [(os.getpid(), signal.SIGTERM)]
+            assert state.get() == AddressState.GAVE_UP and stops == [True]
             with pytest.raises(RuntimeError, match="stayed in use: the server is stopping"):
                 state.check()
             health.lifecycle.initiate_shutdown()
             health._give_up()
-            assert len(sent) == 1
+            assert stops == [True]
         finally:
             holder.close()
 
