@@ -222,7 +222,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     """``graceful serve``: import the app, check the settings, serve (WSGI or ASGI), exit."""
-    from graceful.asgi import is_asgi_app
+    from graceful.http.apps import is_asgi_app
     from graceful.process.termination import report_file_problem
     from graceful.serve.server import DEFAULT_THREADS, AppImportError, load_app, serve, wrap_app
 

@@ -55,6 +55,7 @@ from graceful.gunicorn.process_stop import ProcessStop
 from graceful.gunicorn.recycling import GthreadStop
 from graceful.gunicorn.shared import ArrivalBoard
 from graceful.gunicorn.stop_reason import StopReason
+from graceful.http.apps import is_asgi_app
 from graceful.process.exit import skip_exit_collections
 from graceful.process.sockets import close_after_queue_drains
 from graceful.wsgi.middleware import GracefulMiddleware
@@ -84,8 +85,6 @@ def asgi_refusal(app: object, kind: str | None) -> str | None:
     Gunicorn's sync, gthread and gevent workers call the app as WSGI: an ASGI
     app would answer every request with 500. Worker main thread, once, at boot.
     """
-    from graceful.asgi.middleware import is_asgi_app  # loads asyncio: only here, once per worker
-
     if not is_asgi_app(app):
         return None
     return (
