@@ -35,12 +35,11 @@ FILE_NAME = DIST_NAME.replace("-", "_")
 EXTRAS = {
     "flask": ["flask", "graceful.flask"],
     "django": ["django"],
-    "asgi": ["uvicorn"],
+    "asgi": ["uvicorn", "graceful.uvicorn.server"],
     "gevent": ["gevent", "packaging"],
     "prometheus": ["prometheus_client"],
     "http2": ["h2"],
     "plot": ["matplotlib"],
-    "asgi": ["uvicorn", "graceful.uvicorn.server"],
 }
 
 
