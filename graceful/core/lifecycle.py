@@ -144,6 +144,9 @@ class Lifecycle(Registrations):
         #: How the shutdown delay ended, once it has (in the process that runs it).
         self.delay_outcome: DelayOutcome | None = None
         self._sampler: Sampler | None = None
+        #: Called with the in-flight count at each sample (the graceful-sampler thread): a Gunicorn
+        #: worker tells its master, which counts them as lost if the worker dies. Quick, never raising.
+        self.on_sample: Callable[[int], object] | None = None
         #: What serves the app, for ``graceful_info`` and the record: ``gunicorn``, ``graceful serve``, ...
         self.server = "wsgi"
         #: The Gunicorn worker class (``sync``, ``gthread``, ``gevent``), else what the server says.
@@ -547,7 +550,10 @@ class Lifecycle(Registrations):
 
     def _sample(self) -> tuple[int, int, int]:
         arrived, rejected = self.stats.totals()
-        return self.in_flight.count, arrived, rejected
+        in_flight = self.in_flight.count
+        if self.on_sample is not None:
+            self.on_sample(in_flight)
+        return in_flight, arrived, rejected
 
     def _warn_late_traffic(self) -> None:
         """NotAcceptingNewRequests: warn once when requests still came in the last tenth of the delay."""

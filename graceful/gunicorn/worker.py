@@ -50,6 +50,7 @@ from graceful.gunicorn.adapter.refusal import WorkerRefused
 from graceful.gunicorn.adapter.worker import Worker
 from graceful.gunicorn.channel import REPORT_TIMEOUT, Kind, WorkerChannel
 from graceful.gunicorn.config import refusal
+from graceful.gunicorn.ends import in_flight_payload
 from graceful.gunicorn.http2 import Http2Drain
 from graceful.gunicorn.process_stop import ProcessStop
 from graceful.gunicorn.recycling import GthreadStop
@@ -123,6 +124,9 @@ class WorkerShutdown:
         #: The server's settings, as the master resolved them (inherited at fork), before the app loads.
         self.server_config = lifecycle.config
         worker.bound_gunicorn_drain(lifecycle.config.drain_timeout)
+        # During a shutdown the master hears this worker's in-flight count as it changes: lost if it dies.
+        self._reported_in_flight: int | None = None
+        lifecycle.on_sample = self._report_in_flight
 
     def start(self) -> None:
         """``post_worker_init``: check the budget, wrap the app, start hooks, the watch and the stop."""
@@ -164,6 +168,11 @@ class WorkerShutdown:
         """
         lifecycle = self.lifecycle
         lifecycle.stats.drain_began(lifecycle.clock.now(), lifecycle.in_flight.count)
+
+    def _report_in_flight(self, count: int) -> None:
+        """The ``graceful-sampler`` thread, each sample of the shutdown: tell the master a new count (never waits)."""
+        if count != self._reported_in_flight and self.channel.send(Kind.IN_FLIGHT, in_flight_payload(count)):
+            self._reported_in_flight = count
 
     def _start_http2(self) -> Http2Drain | None:
         """HTTP/2 (Gunicorn 27+ gthread and gevent): GOAWAY from ShutdownInitiated (:mod:`.http2`); None: none here."""

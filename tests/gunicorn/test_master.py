@@ -267,8 +267,8 @@ class TestWorkersThatLinger:
         master_of(made, arbiter)
         with caplog.at_level(logging.WARNING, logger="graceful"):
             shut_down(arbiter)
-        assert arbiter.calls[-2:] == ["kill SIGKILL", "halt"]
-        assert "2 worker(s) still running after graceful_timeout: killing" in caplog.text
+        assert arbiter.calls[-3:] == ["kill SIGKILL", "reap", "halt"]  # reaped: how they ended goes in the record
+        assert "2 worker(s) still running after waiting 0.0s (graceful_timeout 0.02s): killing" in caplog.text
 
     def test_a_worker_that_exits_on_its_own_is_not_waited_for(self, made: list[MasterShutdown]) -> None:
         """The master reaps as workers exit: once none is left, Gunicorn's stop proceeds (no SIGKILL)."""
@@ -294,11 +294,17 @@ class TestDirtyPool:
     ) -> None:
         """A dirty arbiter still running after dirty_graceful_timeout is SIGKILLed with its workers, logged."""
         arbiter = FakeArbiter(dirty=77, dirty_graceful_timeout=0.02, dirty_exit_on=())
-        master_of(made, arbiter, settle=0.002)  # 200 polls of 5 ms before the bound
+        _, lifecycle, _, _ = master_of(made, arbiter, settle=0.002)  # 200 polls of 5 ms before the bound
         with caplog.at_level(logging.WARNING, logger="graceful"):
             shut_down(arbiter)
         assert arbiter.calls[-2:] == ["kill dirty tree", "halt"]
-        assert "dirty arbiter still running after dirty_graceful_timeout" in caplog.text
+        # It had its dirty_graceful_timeout and the 1 s the master adds for its own exit.
+        assert "dirty arbiter still running after waiting 1.0s (dirty_graceful_timeout 0.02s): killing" in caplog.text
+        [end] = lifecycle.stats.process_ends()
+        assert end.describe() == (
+            "dirty arbiter 77 killed by the master at dirty_graceful_timeout (SIGKILL) while stopping:"
+            " its unfinished tasks are lost"
+        )
 
     def test_a_second_term_leaves_no_dirty_process(self, made: list[MasterShutdown]) -> None:
         """The second TERM kills the dirty arbiter and its workers too, before exiting 1."""
