@@ -173,6 +173,8 @@ class ShutdownRecord:
         ]
         head = "clean shutdown" if self.ok else "shutdown with problems"
         text = f"graceful: {head} in {self.duration:.1f} s ({'; '.join(inside)})"
+        if self.ended:  # first after the figures: a termination message keeps only its first 4 KB
+            text += f"; ended abnormally: {', '.join(end.describe() for end in self.ended)}"
         arrived = requests.arrived.get(PHASE_DELAY, 0)
         text += f"; {_plural(arrived, 'request')} arrived during the delay"
         if requests.last_arrival is not None and arrived:
@@ -183,8 +185,6 @@ class ShutdownRecord:
         rejected = [f"{count} {reason}" for reason, count in requests.rejected.items() if count]
         if rejected:
             text += f"; rejected: {', '.join(rejected)}"
-        if self.ended:
-            text += f"; ended abnormally: {', '.join(end.describe() for end in self.ended)}"
         if requests.late and not (outcome is not None and outcome.end is DelayEnd.QUIET):
             # After a quiet end a longer delay would have changed nothing: traffic had stopped.
             text += (

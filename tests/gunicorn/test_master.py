@@ -25,6 +25,7 @@ from graceful.core.delay import QUIET_MIN, DelayEnd
 from graceful.core.lifecycle import Lifecycle
 from graceful.core.record import part_of
 from graceful.core.role import Role
+from graceful.gunicorn.adapter.arbiter import ExitStatus
 from graceful.gunicorn.channel import Kind
 from graceful.gunicorn.master import MasterShutdown
 from graceful.gunicorn.stop_reason import StopReason
@@ -419,6 +420,39 @@ class TestFinish:
         record = json.loads(report.read_text())
         assert [(p["pid"], p["role"]) for p in record["parts"]] == [(os.getpid(), "master"), (11, "worker")]
         assert lifecycle.cleanup_finished.is_set()
+
+    def test_a_worker_killed_while_stopping_is_in_the_record_with_its_requests_lost(
+        self, made: list[MasterShutdown], tmp_path: Path
+    ) -> None:
+        """One worker SIGKILLed during its drain (4 in flight), the other drains: the record is not ok and says why."""
+        report = tmp_path / "record.json"
+        arbiter = FakeArbiter(exit_on=())
+        master, _, _, _ = master_of(made, arbiter, Config(shutdown_delay=1, report_file=str(report)))
+        killed, drained = master.channel.connect(11), master.channel.connect(12)
+        first_term(arbiter)
+        assert killed.send(Kind.IN_FLIGHT, b"4", timeout=SOON)
+        worker = Lifecycle(Config(shutdown_delay=1), clock=FakeClock(), role=Role.WORKER)
+        worker.shutdown_initiated.fire()
+        worker.drain_and_clean_up()
+        assert drained.send_json(Kind.PART, part_of(worker, 12).to_json(), timeout=SOON)
+
+        def stopping() -> None:  # once TERMed: 11 is killed (the OOM killer), 12 exits after its drain
+            if arbiter.workers:
+                killed.close()
+                drained.close()
+                arbiter.worker_ends(11, ExitStatus(signal=signal.SIGKILL))
+                arbiter.worker_ends(12, ExitStatus(status=0))
+
+        arbiter.on_reap = stopping
+        handed_over(arbiter)
+        master.finish()
+        record = json.loads(report.read_text())
+        assert record["ok"] is False
+        assert (record["requests"]["lost"], record["requests"]["lost_unknown"]) == (4, 0)
+        assert [e["text"] for e in record["ended"]] == [
+            "worker 11 killed by SIGKILL without its part of the record while stopping: 4 requests in flight lost"
+        ]
+        assert [p["pid"] for p in record["parts"]] == [os.getpid(), 12]
 
     def test_gunicorns_exit_after_the_record_skips_the_final_collections(
         self, made: list[MasterShutdown], tmp_path: Path
