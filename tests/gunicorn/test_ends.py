@@ -154,9 +154,7 @@ class TestWhenItIsSettled:
         assert (end.cause, end.status, end.in_flight) == ("status", 1, None)
         live.close()
 
-    def test_a_status_never_seen_is_read_from_the_channel_alone(
-        self, channel: MasterChannel, ends: WorkerEnds
-    ) -> None:
+    def test_a_status_never_seen_is_read_from_the_channel_alone(self, channel: MasterChannel, ends: WorkerEnds) -> None:
         """Reaped unseen (it exited between the look and Gunicorn's waitpid): its channel still says no part."""
         ends.stopping()
         gone(channel, worker(channel, 11, in_flight=2))
