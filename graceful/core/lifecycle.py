@@ -204,7 +204,7 @@ class Lifecycle(Registrations):
         self.delay_outcome = outcome
         if outcome.end is not DelayEnd.FIXED:
             logger.info(
-                "graceful: the shutdown delay ended after %.3fs: %s",
+                "graceful: the shutdown delay ended %.3fs after ShutdownInitiated: %s",
                 outcome.ended_at,
                 outcome.describe(),
                 extra=self.log_fields("delay_ended"),
@@ -328,9 +328,13 @@ class Lifecycle(Registrations):
         """Wait for in-flight requests, up to ``timeout`` s, warning of what it abandons; True if drained."""
         drained = self.drain_in_flight(timeout)
         if not drained:
+            figures = self.stats.drain
+            # From the drain's start (a Gunicorn worker's TERM), not from this wait's: ``timeout`` is what was left.
+            waited = timeout if figures is None or figures.ended_at is None else figures.ended_at - figures.started_at
             logger.warning(
-                "graceful: drain timed out after %gs; abandoning %d in-flight request(s)",
-                timeout,
+                "graceful: drain timed out after waiting %.1fs (drain_timeout %gs); abandoning %d in-flight request(s)",
+                waited,
+                self.config.drain_timeout,
                 self.in_flight.count,
                 extra=self.log_fields("drain_timeout"),
             )
@@ -564,7 +568,7 @@ class Lifecycle(Registrations):
             return  # traffic had stopped: a longer delay would have changed nothing
         logger.warning(
             "graceful: %d request(s) arrived in the last tenth of the %gs shutdown delay (from %.3fs after"
-            " ShutdownInitiated; the last at %.3fs): the delay looks too short for the load balancers to stop"
+            " ShutdownInitiated; the last %.3fs after it): the delay looks too short for the load balancers to stop"
             " sending here; raise GRACEFUL_SHUTDOWN_DELAY",
             late.count,
             late.shutdown_delay,

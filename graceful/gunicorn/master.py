@@ -196,8 +196,10 @@ class MasterShutdown:
         arbiter = self.arbiter
         timeout = arbiter.graceful_timeout()
         logger.info(
-            "graceful: stopping %d worker(s): each drains and cleans up, SIGKILL after graceful_timeout (%gs)",
+            "graceful: stopping %d worker(s): each drains and cleans up, SIGKILL after waiting %.1fs"
+            " (graceful_timeout %gs, cut to what is left of the grace period)",
             len(arbiter.worker_pids()),
+            self._remaining_budget(timeout),
             timeout,
         )
         self.ends.stopping()
@@ -307,7 +309,9 @@ class MasterShutdown:
         drain_timeout = self.lifecycle.config.drain_timeout
         timeout = self._remaining_budget(drain_timeout)
         if not self.channel.wait_all(Kind.DRAINED, self.arbiter.worker_pids, timeout):
-            logger.warning("graceful: not every worker drained within %gs", drain_timeout)
+            logger.warning(
+                "graceful: not every worker drained after waiting %.1fs (drain_timeout %gs)", timeout, drain_timeout
+            )
 
     def stop_listening(self) -> None:
         """ServerAdapter (graceful-shutdown thread): stop listening without resetting queued connections.
@@ -325,7 +329,7 @@ class MasterShutdown:
         if arbiter.workers_own_listeners() or arbiter.listeners_shared_with_others():
             self.channel.fire(Kind.CLOSE_LISTENERS)
             if not self.channel.wait_all(Kind.LISTENERS_CLOSED, arbiter.worker_pids, budget + 1):
-                logger.warning("graceful: not every worker stopped listening within %gs", budget + 1)
+                logger.warning("graceful: not every worker stopped listening after waiting %.1fs", budget + 1)
             return
         close_after_queue_drains(arbiter.listeners(), budget)
 

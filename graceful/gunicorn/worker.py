@@ -270,7 +270,9 @@ class WorkerShutdown:
                 figures = lifecycle.stats.drain
                 assert figures is not None and figures.ended_at is not None  # the drain has just ended
                 took = figures.ended_at - figures.started_at
-                logger.info("graceful: worker %d drained %d request(s) in %.3fs", self.pid, figures.in_flight, took)
+                logger.info(
+                    "graceful: worker %d drained %d request(s) after waiting %.3fs", self.pid, figures.in_flight, took
+                )
 
         lifecycle.stop_process(drain_timeout, on_drained=drained)
         assert self.stop.reason is not None  # not the server's stop

@@ -144,7 +144,8 @@ class TestFirstTerm:
             shut_down(arbiter)
         lines = [r.getMessage() for r in caplog.records if "worker(s): each drains" in r.getMessage()]
         assert lines == [
-            "graceful: stopping 2 worker(s): each drains and cleans up, SIGKILL after graceful_timeout (30s)"
+            "graceful: stopping 2 worker(s): each drains and cleans up, SIGKILL after waiting 24.0s"
+            " (graceful_timeout 30s, cut to what is left of the grace period)"  # 30 s less the 5 s delay and the margin
         ]
 
     def test_the_adaptive_delay_reads_the_workers_arrivals(self, made: list[MasterShutdown]) -> None:
