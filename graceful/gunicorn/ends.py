@@ -14,7 +14,9 @@ peer serving on), every worker that ends is looked at from two sides:
 exit before the record) puts them together. A worker ended abnormally when it
 was killed by a signal (by the master at graceful_timeout, or by anything
 else: the OOM killer's SIGKILL), exited with a status other than 0, or left
-without its part. Each such end is logged once and kept in the master's
+without its part while the master stopped the workers (during the delay a
+worker recycled, or replaced on HUP, may exit 0 before it hears of the
+shutdown: a process stop, not a loss). Each such end is logged once and kept in the master's
 request statistics (:class:`~graceful.core.stats.ProcessEnd`): the shutdown
 record, its summary line, the termination message and ``/metrics`` render
 them. The requests it had in flight at its last report, when it sent no part,
@@ -141,9 +143,11 @@ class WorkerEnds:
             cause = END_KILLED if killed else END_SIGNAL
         elif status.status:
             cause = END_STATUS
-        elif not part:
+        elif not part and not (replaced and status.normal):
             cause = END_NO_PART
         else:
+            # Its part, and status 0 (or unknown); or, while the server still served, status 0 without
+            # a part: a process stop (recycled, HUP, TTOU) that ended before it heard of the shutdown.
             return None
         return ProcessEnd(
             pid=pid,

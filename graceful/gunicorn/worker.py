@@ -310,7 +310,8 @@ class WorkerShutdown:
             logger.exception("graceful: worker %d could not build its part of the shutdown record", self.pid)
             return
         # The server's stop as the stop saw it (the master's fact): the watch thread may not have learned it yet.
-        if self.stop.server_stop or lifecycle.shutdown_initiated.is_set():
+        server_stops = self.stop.server_stop or lifecycle.shutdown_initiated.is_set()
+        if server_stops or self.channel.fired(Kind.SHUTDOWN_INITIATED):
             if not self.channel.send_json(Kind.PART, part.to_json(), timeout=REPORT_TIMEOUT):
                 logger.warning("graceful: worker %d could not send its part of the shutdown record", self.pid)
         elif logger.isEnabledFor(logging.DEBUG):

@@ -103,7 +103,7 @@ class TestWhatEndedAbnormally:
         assert (end.cause, end.status, end.in_flight, end.lost) == ("status", 3, None, None)
 
     def test_status_0_without_its_part_is_abnormal(self, channel: MasterChannel, ends: WorkerEnds) -> None:
-        """Gone without its part, though it exited 0: its last in-flight count is lost."""
+        """Gone without its part while the master stops the workers, though it exited 0: its last count is lost."""
         ends.stopping()
         gone(channel, worker(channel, 11, in_flight=2))
         ends.exited(11, EXIT_0)
@@ -135,6 +135,14 @@ class TestWhatIsNot:
         ends.exited(11, KILLED)
         [end] = ends.settle()
         assert end.lost == 0 and end.describe().endswith("killed by SIGKILL during the delay (replaced)")
+
+    def test_a_process_stop_during_the_delay_that_exits_0_without_a_part_is_normal(
+        self, channel: MasterChannel, ends: WorkerEnds
+    ) -> None:
+        """Recycled (or replaced on HUP) during the delay, it exited 0 before it heard of the shutdown: no loss."""
+        gone(channel, worker(channel, 11, in_flight=0))
+        ends.exited(11, EXIT_0)
+        assert ends.settle(final=True) == []
 
     def test_ends_before_the_first_term_are_gunicorns_business(self, channel: MasterChannel) -> None:
         """Not watching yet (no TERM): a worker's end is not accounted for."""
