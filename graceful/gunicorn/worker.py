@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import sys
 import threading
 import time
@@ -288,6 +289,9 @@ class WorkerShutdown:
                 logger.exception("graceful: worker %d: a callback at exit failed", self.pid)
         if not lifecycle.report.ok:
             logger.warning("graceful: worker %d cleanup: %s", self.pid, lifecycle.report.summary())
+        # Done: a later TERM (Gunicorn repeats it to the workers it stops, each pass of its loop) must
+        # not turn this exit into a death by SIGTERM as the interpreter resets its handlers; ignored ones stay.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         if lifecycle.hung_hooks or lifecycle.in_flight.count or self.kind == "gevent":
             # Interpreter exit would join hung hook threads and gthread's request threads
             # still serving abandoned requests; a gevent worker's takes most of a second more.
