@@ -131,7 +131,7 @@ class TestWorkersThatDie:
         """SIGKILL (as the OOM killer) to a worker draining held requests: they are lost, named; the others served."""
         server = start(env={"GRACEFUL_DRAIN_TIMEOUT": "3"})
         with ThreadPoolExecutor(4) as pool:
-            held = [pool.submit(get, server, "/hold?ms=1500") for _ in range(4)]
+            held = [pool.submit(get, server, "/hold?ms=2500") for _ in range(4)]  # all still running at the kill
             victim, lost = holders(server, 4).most_common(1)[0]
             term_at = server.term()
             server.wait_for(r"graceful: stopping 2 worker\(s\)", SOON)
@@ -183,7 +183,7 @@ class TestWorkersThatDie:
         self, start: Start, tmp_path: Path
     ) -> None:
         """One worker exits 7 during the delay: Gunicorn forks another, which serves and fails /readyz; both named."""
-        server = start(workers=1, env={"GRACEFUL_SHUTDOWN_DELAY": "1.5"})
+        server = start(workers=1, env={"GRACEFUL_SHUTDOWN_DELAY": "2"})  # time for the replacement to boot
         [crashed] = worker_pids(server)
         term_at = server.term()
         server.wait_for(r"graceful: ShutdownInitiated", SOON)
