@@ -69,7 +69,7 @@ from graceful.core import default as _default
 from graceful.core.config import Config
 from graceful.core.lifecycle import Lifecycle
 from graceful.core.registry import Registrations
-from graceful.wsgi.health import DEFAULT_CHECK_TIMEOUT
+from graceful.http.health import DEFAULT_CHECK_TIMEOUT
 from graceful.wsgi.middleware import GracefulMiddleware, LongRunning, find_middleware
 
 __all__ = ["EXTENSION_KEY", "Graceful"]

@@ -14,8 +14,8 @@ from graceful import __version__
 from graceful.cli import main, parse_bind
 from graceful.healthport.address import HealthAddress
 from graceful.healthport.server import HealthPort
+from graceful.http.health import HealthResponse
 from graceful.kubernetes import command as check
-from graceful.wsgi.health import HealthResponse
 from tests.conftest import ROOT, Processes
 
 

@@ -68,11 +68,11 @@ from collections.abc import Callable
 from typing import NoReturn, Protocol
 
 from graceful.core import sequences
-from graceful.core.admission import AdmissionLimit
 from graceful.core.budget import Budget
 from graceful.core.clock import Clock, MonotonicClock
 from graceful.core.config import Config, ConfigError
 from graceful.core.delay import DelayEnd, DelayOutcome, run_delay
+from graceful.core.gate import Gate
 from graceful.core.hooks import HookBatch, HookResult, ShutdownReport
 from graceful.core.logfields import log_fields
 from graceful.core.registry import CLEANUP_TASK, POST_START_HOOK, PRE_SHUTDOWN_HOOK, Registrations, Registry
@@ -120,10 +120,8 @@ class Lifecycle(Registrations):
         self.role = role
         self.registry = Registry()
         self.in_flight = SafeWaitGroup()
-        self._admission: AdmissionLimit | None = None
-        #: True while a request has nothing to check (see :meth:`refresh_unhindered`).
-        #: Read by GracefulMiddleware on every request; never written outside this class.
-        self.unhindered = False
+        #: The request sides' one interface to this lifecycle (:mod:`graceful.core.gate`).
+        self.gate = Gate(self)
         self._listeners: list[SignalListener] = []
         self._lock = threading.Lock()
         self._driver: threading.Thread | None = None
@@ -210,16 +208,6 @@ class Lifecycle(Registrations):
                 extra=self.log_fields("delay_ended"),
             )
 
-    @property
-    def run_pre_shutdown_hooks(self) -> bool:
-        """False in a process that serves but does not own the server (a Gunicorn worker): :class:`Role`."""
-        return self.role.runs_pre_shutdown_hooks
-
-    @property
-    def serves_requests(self) -> bool:
-        """False in a process that serves no requests (a Gunicorn master): no samples taken. :class:`Role`."""
-        return self.role.serves_requests
-
     def become_master(self, server: str, worker_class: str) -> None:
         """A Gunicorn master, main thread, ``on_starting``: it runs the delay and the hooks, serves nothing."""
         self.role = Role.MASTER
@@ -246,7 +234,7 @@ class Lifecycle(Registrations):
             self._timeline_running = True  # the config in force is the one this shutdown runs with
             if self._pre_batch is None:
                 hooks = self.registry.close(PRE_SHUTDOWN_HOOK, "shutdown has begun")
-                if not self.run_pre_shutdown_hooks:
+                if not self.role.runs_pre_shutdown_hooks:
                     hooks = []
                 self._pre_batch = HookBatch(
                     PRE_SHUTDOWN_HOOK,
@@ -385,28 +373,6 @@ class Lifecycle(Registrations):
         batches = (self._post_start_batch, self._pre_batch, self._cleanup_batch)
         return [name for batch in batches if batch is not None for name in batch.hung]
 
-    # -- the request hot path ---------------------------------------------------
-
-    def refresh_unhindered(self) -> None:
-        """Let requests skip the shutdown and admission checks while there is nothing to check.
-
-        That is while ShutdownInitiated has not fired and ``max_in_flight`` is
-        0: :attr:`unhindered` goes up. From ShutdownInitiated on every request
-        takes the checked path, which counts it (:attr:`stats`): nothing is
-        counted on the hot path before a shutdown. GracefulMiddleware calls
-        this on the requests that find the flag down before a shutdown (the
-        first one; the first after :meth:`configure` or HasBeenReady).
-        Thread-safe without a lock: every signal's firing and :meth:`configure`
-        change their state, then take the flag down; this sets the flag, then
-        looks at their state again and takes the flag back if either changed.
-        """
-        admission = self.admission
-        signal = self.shutdown_initiated
-        if signal.fired_at is None and not admission.limit:
-            self.unhindered = True
-            if signal.fired_at is not None or self._admission is not admission:
-                self.unhindered = False
-
     # -- configuration -----------------------------------------------------------
 
     @property
@@ -431,15 +397,7 @@ class Lifecycle(Registrations):
             raise RuntimeError("cannot change the config: this lifecycle's shutdown is running")
         self._config = config
         self._configured = True
-        self._admission = None
-        self.unhindered = False  # after _admission, never before: see refresh_unhindered
-
-    @property
-    def admission(self) -> AdmissionLimit:
-        """The per-process admission limit from ``config.max_in_flight``."""
-        if self._admission is None:
-            self._admission = AdmissionLimit(self.config.max_in_flight)
-        return self._admission
+        self.gate.reset()
 
     def budget(self) -> Budget:
         """The shutdown budget of the config with the hooks registered so far.
@@ -517,8 +475,8 @@ class Lifecycle(Registrations):
 
     def _signal_fired(self, signal: LifecycleSignal) -> None:
         """Each signal's ``on_fire``, on the firing thread: requests check again, log the line, tell subscribers."""
-        # After fired_at, never before: see refresh_unhindered.
-        self.unhindered = False
+        # After fired_at, never before: see Gate.refresh.
+        self.gate.hinder()
         t0 = self.shutdown_initiated.fired_at
         assert signal.fired_at is not None
         if signal is self.shutdown_initiated:
@@ -545,7 +503,7 @@ class Lifecycle(Registrations):
         t0 = self.shutdown_initiated.fired_at
         assert t0 is not None
         self.stats.begin(t0, self.config.shutdown_delay)
-        if self.serves_requests and self._sampler is None:
+        if self.role.serves_requests and self._sampler is None:
             limit = min(MAX_SAMPLES, math.ceil(self.config.grace_period / SAMPLE_INTERVAL) + 2)
             # Weakly: a lifecycle dropped mid-shutdown (a test's) does not keep a sampler thread going.
             sample = weakref.WeakMethod(self._sample)

@@ -17,7 +17,7 @@ request hot path before a shutdown:
   counted where they are answered;
 * the drain: how many requests it waited for, how long, how many it abandoned;
 * health-check results, per endpoint and check, counted where probes are
-  evaluated (:mod:`graceful.wsgi.health`);
+  evaluated (:mod:`graceful.http.health`);
 * the processes it started that ended abnormally (a Gunicorn master's
   workers: killed by a signal, killed at its deadline, crashed, or gone
   without their part of the record), each a :class:`ProcessEnd`, with the

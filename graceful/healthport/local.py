@@ -21,9 +21,9 @@ from graceful.healthport.runner import HealthRunner
 from graceful.healthport.server import HealthPort
 from graceful.healthport.snapshot import Snapshot
 from graceful.healthport.view import HealthView, Heard
+from graceful.http.health import HealthChecks
 from graceful.metrics.snapshot import Snapshot as MetricsSnapshot
 from graceful.metrics.snapshot import snapshot
-from graceful.wsgi.health import HealthChecks
 
 __all__ = ["LIVENESS_BOUND", "STALE_AFTER", "LocalHealth"]
 

@@ -3,9 +3,9 @@
 One request per connection, answered with ``Connection: close``. The
 request line is read as a WSGI server would read it (the path
 percent-decoded, path and query as bytes read as latin-1) and routed as the
-app's port routes it (:mod:`graceful.wsgi.probes`), so both ports answer a
+app's port routes it (:mod:`graceful.http.probes`), so both ports answer a
 path alike. The status lines and headers are graceful's own
-(:mod:`graceful.wsgi.replies`). Headers other than the request line are
+(:mod:`graceful.http.replies`). Headers other than the request line are
 read past, not used. Runs on the ``graceful-health-port`` thread.
 """
 
@@ -14,8 +14,8 @@ from __future__ import annotations
 import dataclasses
 from urllib.parse import unquote_to_bytes
 
-from graceful.wsgi.probes import METRICS, METRICS_PATH, is_probe_path, probe_target
-from graceful.wsgi.replies import NOT_ALLOWED, STATUS, TEXT, headers_for
+from graceful.http.probes import METRICS, METRICS_PATH, is_probe_path, probe_target
+from graceful.http.replies import NOT_ALLOWED, STATUS, TEXT, headers_for
 
 __all__ = ["NOT_FOUND", "NOT_HTTP", "TOO_LARGE", "Probe", "Refusal", "encode", "parse"]
 
@@ -28,7 +28,7 @@ NOT_FOUND = b"not found: the health port serves /livez, /readyz, /healthz and /m
 class Probe:
     """A health path to answer: ``endpoint`` and ``check`` as :func:`probe_target` gives them, the raw query.
 
-    ``/metrics`` is the endpoint :data:`~graceful.wsgi.probes.METRICS`, with no check.
+    ``/metrics`` is the endpoint :data:`~graceful.http.probes.METRICS`, with no check.
     """
 
     endpoint: str

@@ -37,7 +37,7 @@ from collections.abc import Callable
 
 from graceful.core.lifecycle import Lifecycle
 from graceful.healthport.snapshot import Snapshot
-from graceful.wsgi.health import CheckResult, HealthChecks
+from graceful.http.health import CheckResult, HealthChecks
 
 __all__ = ["PERIOD", "TICK", "HealthRunner"]
 

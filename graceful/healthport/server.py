@@ -55,9 +55,9 @@ from graceful.healthport.address import HealthAddress
 from graceful.healthport.limits import ClientBudgets, Limits, connection_capacity
 from graceful.healthport.request import Probe, Refusal, encode, parse
 from graceful.healthport.table import LINGERING, QUEUED, READING, WRITING, ConnectionTable
-from graceful.wsgi.health import HealthResponse
-from graceful.wsgi.probes import METRICS
-from graceful.wsgi.replies import TOO_MANY
+from graceful.http.health import HealthResponse
+from graceful.http.probes import METRICS
+from graceful.http.replies import TOO_MANY
 
 __all__ = ["LINGER", "HealthPort", "PortStats", "Responder", "register_at_fork_weakly"]
 

@@ -32,7 +32,7 @@ import json
 import select
 
 from graceful.core.codec import FieldReader, ReportError
-from graceful.wsgi.health import POST_START_PREFIX, CheckResult
+from graceful.http.health import POST_START_PREFIX, CheckResult
 
 __all__ = ["MAX_RECORD", "ProcessHealth", "Snapshot"]
 

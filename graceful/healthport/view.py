@@ -47,7 +47,7 @@ from typing import Protocol
 from graceful.core.lifecycle import Lifecycle
 from graceful.core.report import ProcessReport
 from graceful.healthport.snapshot import ProcessHealth
-from graceful.wsgi.health import (
+from graceful.http.health import (
     HEALTHZ,
     LIVEZ,
     PING,
@@ -58,7 +58,7 @@ from graceful.wsgi.health import (
     HealthResponse,
     respond_with,
 )
-from graceful.wsgi.probes import metrics_reply
+from graceful.http.probes import metrics_reply
 
 __all__ = ["HEALTH_RUNNER", "MASTER_LOOP", "WORKERS", "WORKERS_READY", "Heard", "HealthView", "Sources"]
 

@@ -3,14 +3,17 @@
 This module is the request hot path: every request runs
 :meth:`GracefulMiddleware.__call__`. Its tricks live here and nowhere else,
 each with its reason: the wait group's unchecked ``enter``/``leave`` pair,
-the lifecycle's ``unhindered`` flag, joining Werkzeug's close callbacks, and
+the gate's ``unhindered`` flag, joining Werkzeug's close callbacks, and
 keeping the server's ``wsgi.file_wrapper``. What is not on the hot path is
-apart: the health paths (:mod:`.probes`), graceful's own answers
-(:mod:`.replies`), long-running requests (:mod:`.long_running`).
+apart, shared with the ASGI side (:mod:`graceful.http`): the health paths
+(:mod:`graceful.http.probes`), graceful's own answers
+(:mod:`graceful.http.replies`), long-running requests
+(:mod:`graceful.http.long_running`), and what a request may do during a
+shutdown (the lifecycle's :class:`~graceful.core.gate.Gate`).
 
 What happens to one request, in order::
 
-    /livez /readyz /healthz          answered here (graceful.wsgi.health), GET and HEAD
+    /livez /readyz /healthz          answered here (graceful.http.health), GET and HEAD
     /<endpoint>/<check>              only; never rejected, counted or delayed
     /metrics                         the same, only with config.metrics_on_app_port
                                      (graceful.metrics; 404 without prometheus_client)
@@ -83,7 +86,7 @@ A list response is copied into a list subclass, so ``len()`` still works
 (wsgiref sets ``Content-Length`` from it).
 
 Cost per request: a ``PATH_INFO`` lookup, two environ writes, one flag
-(``Lifecycle.unhindered``: ShutdownInitiated has not fired and there
+(``Gate.unhindered``: ShutdownInitiated has not fired and there
 is no ``max_in_flight``, so nothing else to check), a token appended to and
 popped from the wait group's deque (``SafeWaitGroup.enter``/``leave``), and
 one small object or two callbacks (``python bench/middleware.py`` measures
@@ -103,14 +106,14 @@ from types import MethodType
 from typing import TYPE_CHECKING
 
 from graceful.core import default as _default
-from graceful.core.admission import AdmissionLimit
+from graceful.core.gate import Refusal
 from graceful.core.lifecycle import Lifecycle
-from graceful.core.stats import REASON_DRAINING, REASON_MAX_IN_FLIGHT, REASON_SHUTTING_DOWN
-from graceful.core.waitgroup import ClosesOnce, Release, WaitGroupClosed
-from graceful.wsgi.health import DEFAULT_CHECK_TIMEOUT, HealthChecks
-from graceful.wsgi.long_running import LongRunning, is_long_running, path_prefixes
-from graceful.wsgi.probes import CHECK_PREFIXES, METRICS_PATH, ROOT_PATHS, answer_probe
-from graceful.wsgi.replies import SHUTTING_DOWN, TOO_MANY, reply
+from graceful.core.waitgroup import ClosesOnce, Release
+from graceful.http.apps import WrongKindOfApp, is_asgi_app
+from graceful.http.health import DEFAULT_CHECK_TIMEOUT, HealthChecks
+from graceful.http.long_running import LongRunning, is_long_running, path_prefixes
+from graceful.http.probes import CHECK_PREFIXES, METRICS_PATH, ROOT_PATHS, answer_probe
+from graceful.http.replies import STATUS, Reply, refusal_reply
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
@@ -123,6 +126,7 @@ __all__ = [
     "as_middleware",
     "find_middleware",
     "path_prefixes",
+    "send_reply",
 ]
 
 logger = logging.getLogger(__name__)
@@ -244,12 +248,13 @@ class GracefulMiddleware:
     requests are not counted in the drain nor limited by ``max_in_flight``
     (none by default; see :func:`path_prefixes`). ``check_timeout`` and
     ``check_cache_ttl`` (seconds) bound and cache the health checks (see
-    :class:`graceful.wsgi.health.HealthChecks`).
+    :class:`graceful.http.health.HealthChecks`).
 
     The lifecycle's config is read when a request needs it, so a config set
     after wrapping (``lifecycle.configure``) is the one in force; only
     ``metrics_on_app_port`` is read here, when the routes are fixed.
     Thread-safe (under Gunicorn: a worker's request threads call it at once).
+    An ASGI app is refused at once (:class:`~graceful.http.apps.WrongKindOfApp`, a ``TypeError``).
     Exceptions from the app propagate (its count ended); the middleware
     itself raises for no request, whatever its environ holds.
     """
@@ -263,6 +268,11 @@ class GracefulMiddleware:
         check_timeout: float = DEFAULT_CHECK_TIMEOUT,
         check_cache_ttl: float = 0.0,
     ) -> None:
+        if is_asgi_app(app):
+            raise WrongKindOfApp(
+                f"graceful: {app!r} is an ASGI app; GracefulMiddleware wraps WSGI apps:"
+                " use graceful.GracefulASGIMiddleware (and an ASGI server: graceful serve, Uvicorn)"
+            )
         self.app = app
         self.lifecycle = lifecycle if lifecycle is not None else _default.default_lifecycle
         self.long_running = long_running
@@ -282,9 +292,9 @@ class GracefulMiddleware:
         # Werkzeug's ClosingIterator (see _werkzeug_closing_iterator), looked up at the same time.
         self._closing_iterator: object = _UNSEEN
         # Bound once: the hot path below reads only locals and these.
-        self._initiated = self.lifecycle.shutdown_initiated
-        self._not_accepting = self.lifecycle.not_accepting_new_requests
-        self._in_flight = in_flight = self.lifecycle.in_flight
+        self._gate = gate = self.lifecycle.gate
+        self._not_accepting = gate.not_accepting
+        self._in_flight = in_flight = gate.in_flight
         # The wait group's unchecked pair, one token per request: a bound C call each, where
         # add() and its Release would cost two Python frames. Every response below ends
         # its count once, however often it is closed.
@@ -304,7 +314,7 @@ class GracefulMiddleware:
                 return self.app(environ, start_response)
             # Or this one answers /metrics, on the app port; every other path goes on as usual.
             if "PATH_INFO" in environ and environ["PATH_INFO"] == METRICS_PATH:
-                return answer_probe(self.health, environ, start_response, METRICS_PATH)
+                return self._probe(environ, start_response, METRICS_PATH)
         environ[LIFECYCLE_KEY] = lifecycle
         environ[SHUTTING_DOWN_KEY] = self._not_accepting.event
         try:
@@ -314,8 +324,8 @@ class GracefulMiddleware:
         except (KeyError, TypeError):  # no PATH_INFO, or no string (the server's bug): no health path
             health = False
         if health:
-            return answer_probe(self.health, environ, start_response, path)
-        if not lifecycle.unhindered:
+            return self._probe(environ, start_response, path)
+        if not self._gate.unhindered:
             # Shutting down, or a max_in_flight: the checks (set back when there is nothing to check).
             answer = self._hindered(environ, start_response)
             if answer is not None:
@@ -327,8 +337,7 @@ class GracefulMiddleware:
         self._enter(None)
         if self._in_flight.waiting:
             self._leave()
-            lifecycle.stats.rejected(REASON_DRAINING)
-            return reply(environ, start_response, 503, SHUTTING_DOWN, "1")
+            return send_reply(environ, start_response, refusal_reply(self._gate.refuse_draining()))
         try:
             result = self.app(environ, start_response)
         except BaseException:
@@ -356,49 +365,35 @@ class GracefulMiddleware:
         return response
 
     def _hindered(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes] | None:
-        """The checks a request skips while the lifecycle is unhindered: the answer, or None to count it.
+        """The checks a request skips while the gate is unhindered: the answer, or None to count it.
 
-        From ShutdownInitiated on every request comes here and is counted as an arrival.
+        From ShutdownInitiated on every request comes here (the gate counts it as an arrival).
         """
-        lifecycle = self.lifecycle
-        shutting_down = self._initiated.fired_at is not None
-        if shutting_down:
-            stopped = self._not_accepting.fired_at is not None
-            lifecycle.stats.arrived(stopped)
-            if stopped and lifecycle.config.send_retry_after:
-                lifecycle.stats.rejected(REASON_SHUTTING_DOWN)
-                return reply(environ, start_response, 429, SHUTTING_DOWN, str(lifecycle.config.retry_after))
-        admission = lifecycle.admission
-        if not admission.limit:
-            if not shutting_down:  # nothing to check: let the next requests skip this
-                lifecycle.refresh_unhindered()
+        gate = self._gate
+        refusal = gate.check()
+        if refusal is not None:
+            return send_reply(environ, start_response, refusal_reply(refusal))
+        if not gate.limited:
             return None
         long_running = self.long_running
         if long_running is not None and is_long_running(long_running, environ):
             return self.app(environ, start_response)
-        return self._call_limited(environ, start_response, admission)
-
-    def _call_limited(
-        self, environ: WSGIEnvironment, start_response: StartResponse, admission: AdmissionLimit
-    ) -> Iterable[bytes]:
-        """The counted path with ``max_in_flight`` on: a slot from admission to close()."""
-        if not admission.try_acquire():
-            self.lifecycle.stats.rejected(REASON_MAX_IN_FLIGHT)
-            return reply(environ, start_response, 429, TOO_MANY, "1")
-        try:
-            done = self._in_flight.add()
-        except WaitGroupClosed:
-            admission.release()
-            self.lifecycle.stats.rejected(REASON_DRAINING)
-            return reply(environ, start_response, 503, SHUTTING_DOWN, "1")
-        # End the count, then free the slot.
-        release = Release(admission.release, before=done)
+        # The counted path with max_in_flight on: a slot from admission to close().
+        release = gate.take_slot()
+        if isinstance(release, Refusal):
+            return send_reply(environ, start_response, refusal_reply(release))
         try:
             result = self.app(environ, start_response)
         except BaseException:
             release()
             raise
         return _in_flight(result, release, environ)
+
+    def _probe(self, environ: WSGIEnvironment, start_response: StartResponse, path: str) -> list[bytes]:
+        """Answer a health path (or ``/metrics``) with :func:`graceful.http.probes.answer_probe`."""
+        query = environ.get("QUERY_STRING")
+        answer = answer_probe(self.health, environ.get("REQUEST_METHOD"), path, query)
+        return send_reply(environ, start_response, answer)
 
     def _first_response(
         self, result: Iterable[bytes], release: Callable[[], object], environ: WSGIEnvironment
@@ -464,3 +459,9 @@ def _keep_file_wrapper(result: Iterable[bytes], release: Callable[[], object]) -
     except (AttributeError, TypeError):  # __slots__ or a read-only close
         return _wrap(result, release)
     return result
+
+
+def send_reply(environ: WSGIEnvironment, start_response: StartResponse, answer: Reply) -> list[bytes]:
+    """Start one of graceful's answers (:class:`graceful.http.replies.Reply`); no body for HEAD."""
+    start_response(STATUS[answer.status], answer.headers)
+    return [] if environ.get("REQUEST_METHOD") == "HEAD" else [answer.body]

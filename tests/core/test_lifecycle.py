@@ -212,41 +212,41 @@ class TestUnhindered:
     def test_set_when_there_is_nothing_to_check(self) -> None:
         """Down at first; refresh_unhindered sets it while ShutdownInitiated has not fired and no limit."""
         lc, _ = lifecycle()
-        assert not lc.unhindered
-        lc.refresh_unhindered()
-        assert lc.unhindered
+        assert not lc.gate.unhindered
+        lc.gate.refresh()
+        assert lc.gate.unhindered
 
     def test_cleared_by_every_signal(self) -> None:
         """A signal that fires before the shutdown (HasBeenReady) clears it until the next refresh."""
         lc, _ = lifecycle()
-        lc.refresh_unhindered()
+        lc.gate.refresh()
         lc.has_been_ready.fire()
-        assert not lc.unhindered
-        lc.refresh_unhindered()
-        assert lc.unhindered
+        assert not lc.gate.unhindered
+        lc.gate.refresh()
+        assert lc.gate.unhindered
 
     def test_kept_down_from_shutdown_initiated(self) -> None:
         """From ShutdownInitiated on a refresh leaves it down: every request is then checked and counted."""
         lc, _ = lifecycle()
-        lc.refresh_unhindered()
+        lc.gate.refresh()
         lc.initiate_shutdown()
-        assert not lc.unhindered
-        lc.refresh_unhindered()
-        assert not lc.unhindered  # the shutdown delay: requests are counted as arrivals
+        assert not lc.gate.unhindered
+        lc.gate.refresh()
+        assert not lc.gate.unhindered  # the shutdown delay: requests are counted as arrivals
         lc.stop_accepting()
-        lc.refresh_unhindered()
-        assert not lc.unhindered
+        lc.gate.refresh()
+        assert not lc.gate.unhindered
 
     def test_kept_down_by_an_admission_limit_and_cleared_by_configure(self) -> None:
         """With max_in_flight a refresh leaves it down; configure() takes it down until the next refresh."""
         lc, _ = lifecycle(max_in_flight=4)
-        lc.refresh_unhindered()
-        assert not lc.unhindered
+        lc.gate.refresh()
+        assert not lc.gate.unhindered
         lc.configure(Config())
-        lc.refresh_unhindered()
-        assert lc.unhindered
+        lc.gate.refresh()
+        assert lc.gate.unhindered
         lc.configure(Config(max_in_flight=1))
-        assert not lc.unhindered
+        assert not lc.gate.unhindered
 
     def test_a_signal_firing_during_a_refresh_takes_it_back(self) -> None:
         """A refresh that read its state just before a signal fired does not leave it up."""
@@ -261,9 +261,9 @@ class TestUnhindered:
                 signal.fired_at = lc.clock.now()
                 return 0
 
-        lc._admission = FiresWhenRead()  # type: ignore[assignment]
-        lc.refresh_unhindered()
-        assert not lc.unhindered
+        lc.gate._admission = FiresWhenRead()  # type: ignore[assignment]
+        lc.gate.refresh()
+        assert not lc.gate.unhindered
 
 
 class TestRegistrationPhases:
@@ -525,11 +525,11 @@ class TestObservation:
         """A master's copy that becomes a worker: its statistics start from zero and it samples its requests."""
         lc, _ = lifecycle(shutdown_delay=1)
         lc.become_master("gunicorn", "sync")
-        assert (lc.role, lc.serves_requests, lc.run_pre_shutdown_hooks) == (Role.MASTER, False, True)
+        assert (lc.role, lc.role.serves_requests, lc.role.runs_pre_shutdown_hooks) == (Role.MASTER, False, True)
         lc.stats.rejected("draining")
         lc.become_worker("a worker")
         assert lc.stats.rejections()["draining"] == 0
-        assert (lc.role, lc.serves_requests, lc.run_pre_shutdown_hooks) == (Role.WORKER, True, False)
+        assert (lc.role, lc.role.serves_requests, lc.role.runs_pre_shutdown_hooks) == (Role.WORKER, True, False)
         assert (lc.server, lc.worker_class) == ("gunicorn", "sync")
 
     def test_a_worker_refuses_pre_shutdown_hooks_saying_why(self) -> None:

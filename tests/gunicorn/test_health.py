@@ -23,8 +23,8 @@ from graceful.gunicorn.channel import Kind, MasterChannel, WorkerChannel
 from graceful.gunicorn.health import FD_ENV, HANDOFF_ENV, MasterHealth, start_worker_health
 from graceful.gunicorn.metrics import WorkerMetrics
 from graceful.healthport.snapshot import Snapshot
-from graceful.wsgi.health import CheckResult
-from graceful.wsgi.replies import NO_METRICS
+from graceful.http.health import CheckResult
+from graceful.http.replies import NO_METRICS
 from tests.healthport.helpers import get
 from tests.metrics.helpers import figures, sample
 
@@ -261,7 +261,7 @@ class TestMetrics:
         """Without prometheus_client: 404 with the install hint, one warning for several scrapes."""
         monkeypatch.setitem(sys.modules, "prometheus_client", None)
         monkeypatch.setitem(sys.modules, "prometheus_client.core", None)
-        monkeypatch.setattr("graceful.wsgi.probes._missing_library_logged", [])
+        monkeypatch.setattr("graceful.http.probes._missing_library_logged", [])
         health = create(made, Arbiter())
         health.start()
         assert [probe(health, "/metrics") for _ in range(2)] == [(404, NO_METRICS.decode())] * 2

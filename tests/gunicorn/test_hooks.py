@@ -167,7 +167,7 @@ class TestOnStarting:
         arbiter = started(process)
         master = attached(arbiter)
         assert isinstance(master, MasterShutdown) and master.health is None
-        assert lifecycle.server == "gunicorn" and not lifecycle.serves_requests
+        assert lifecycle.server == "gunicorn" and not lifecycle.role.serves_requests
 
 
 class TestBadSettings:
@@ -259,7 +259,7 @@ class TestWorkerHooks:
             process, arbiter, loading=lambda: lifecycle.configure(lifecycle.config.replace(max_in_flight=3))
         )
         assert isinstance(worker.wsgi, GracefulMiddleware)
-        assert lifecycle.admission.limit == 3
+        assert lifecycle.gate.admission.limit == 3
 
     def test_post_fork_without_pre_fork_names_the_fix(self, lifecycle: Lifecycle, process: list[Any]) -> None:
         """A config whose own pre_fork does not call graceful's: the worker fails to boot, saying what to call."""

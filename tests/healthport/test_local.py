@@ -14,8 +14,8 @@ from graceful.core.config import Config
 from graceful.core.lifecycle import Lifecycle
 from graceful.healthport.address import HealthAddress
 from graceful.healthport.local import LocalHealth
-from graceful.wsgi.health import HealthChecks
-from graceful.wsgi.replies import NO_METRICS
+from graceful.http.health import HealthChecks
+from graceful.http.replies import NO_METRICS
 from tests.healthport.helpers import get
 
 SOON = 5.0
@@ -111,7 +111,7 @@ class TestLocalHealth:
         """Without prometheus_client: 404 saying how to install it, one warning for many scrapes, probes unharmed."""
         monkeypatch.setitem(sys.modules, "prometheus_client", None)
         monkeypatch.setitem(sys.modules, "prometheus_client.core", None)
-        monkeypatch.setattr("graceful.wsgi.probes._missing_library_logged", [])
+        monkeypatch.setattr("graceful.http.probes._missing_library_logged", [])
         answers = [probe(local, "/metrics") for _ in range(3)]
         assert answers == [(404, NO_METRICS.decode())] * 3
         assert len([r for r in caplog.records if "/metrics answers 404" in r.getMessage()]) == 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from graceful.healthport.request import NOT_FOUND, NOT_HTTP, TOO_LARGE, Probe, Refusal, encode, parse, route
-from graceful.wsgi.replies import NOT_ALLOWED, headers_for
+from graceful.http.replies import NOT_ALLOWED, headers_for
 
 
 class TestParse:

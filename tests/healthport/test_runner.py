@@ -15,7 +15,7 @@ from graceful.core.config import Config
 from graceful.core.lifecycle import Lifecycle
 from graceful.healthport.runner import HealthRunner
 from graceful.healthport.snapshot import Snapshot
-from graceful.wsgi.health import CheckResult, HealthChecks
+from graceful.http.health import CheckResult, HealthChecks
 from tests.conftest import ROOT
 
 #: Generous bound (s) for "soon" on a loaded machine.
@@ -150,7 +150,7 @@ import gevent
 from graceful.core.config import Config
 from graceful.core.lifecycle import Lifecycle
 from graceful.healthport.runner import HealthRunner
-from graceful.wsgi.health import HealthChecks
+from graceful.http.health import HealthChecks
 
 lifecycle = Lifecycle(Config())
 lifecycle.readiness_check("slow")(lambda: time.sleep(0.3) or True)  # a cooperative sleep: patched

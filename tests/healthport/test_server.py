@@ -18,7 +18,7 @@ import pytest
 from graceful.healthport.address import HealthAddress
 from graceful.healthport.limits import Limits
 from graceful.healthport.server import HealthPort
-from graceful.wsgi.health import HealthResponse
+from graceful.http.health import HealthResponse
 from tests.conftest import ROOT
 
 #: Generous bound (s) for "soon" on a loaded machine.
@@ -407,7 +407,7 @@ FORK_SCRIPT = """
 import http.client, os, socket, threading, time
 from graceful.healthport.address import HealthAddress
 from graceful.healthport.server import HealthPort
-from graceful.wsgi.health import HealthResponse
+from graceful.http.health import HealthResponse
 
 class Fixed:
     def respond(self, endpoint, check, query):

@@ -9,7 +9,7 @@ import pytest
 
 from graceful.core.codec import ReportError
 from graceful.healthport.snapshot import MAX_RECORD, TOO_MANY, Snapshot
-from graceful.wsgi.health import CheckResult
+from graceful.http.health import CheckResult
 
 
 def snapshot(**changes: object) -> Snapshot:

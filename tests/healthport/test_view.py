@@ -11,8 +11,8 @@ from graceful.core.config import Config
 from graceful.core.lifecycle import Lifecycle
 from graceful.healthport.snapshot import Snapshot
 from graceful.healthport.view import HEALTH_RUNNER, MASTER_LOOP, WORKERS, WORKERS_READY, HealthView, Heard
+from graceful.http.health import CheckResult
 from graceful.testing import SignalRecorder
-from graceful.wsgi.health import CheckResult
 
 NOW = 1000.0
 
@@ -274,7 +274,7 @@ class TestFailureLog:
     def test_once_per_phase(self, lifecycle: Lifecycle, facts: Facts, caplog: pytest.LogCaptureFixture) -> None:
         """Ten probes through boot, ready and shutdown log three lines: failing, passing again, shutting down."""
         v = view(lifecycle, facts)
-        with caplog.at_level(logging.INFO, logger="graceful.wsgi.health"):
+        with caplog.at_level(logging.INFO, logger="graceful.http.health"):
             facts.booting_count = 2
             for _ in range(3):
                 v.respond("readyz", None, "")
@@ -297,7 +297,7 @@ class TestFailureLog:
     ) -> None:
         """workers-ready's reason changing its counts, and nothing else, is not a new line."""
         v = view(lifecycle, facts)
-        with caplog.at_level(logging.INFO, logger="graceful.wsgi.health"):
+        with caplog.at_level(logging.INFO, logger="graceful.http.health"):
             facts.booting_count = 2
             v.respond("readyz", None, "")
             facts.booting_count = 1

@@ -1,4 +1,4 @@
-"""Tests for graceful.wsgi.health: which checks run, how they are timed and cached, how probes render."""
+"""Tests for graceful.http.health: which checks run, how they are timed and cached, how probes render."""
 
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ import pytest
 
 from graceful.core.config import Config
 from graceful.core.lifecycle import Lifecycle
-from graceful.testing import FakeClock, SignalRecorder
-from graceful.wsgi.health import (
+from graceful.http.health import (
     DEFAULT_CHECK_TIMEOUT,
     HEALTHZ,
     LIVEZ,
@@ -24,6 +23,7 @@ from graceful.wsgi.health import (
     HealthReport,
     respond_with,
 )
+from graceful.testing import FakeClock, SignalRecorder
 
 # Generous bound for "answers on time": far above check_timeout, far below a hang.
 ON_TIME = 3.0
@@ -231,7 +231,7 @@ class TestHealthChecksComposition:
             raise ValueError("db down")
 
         lifecycle.liveness_check("db")(broken)
-        with caplog.at_level(logging.WARNING, logger="graceful.wsgi.health"):
+        with caplog.at_level(logging.WARNING, logger="graceful.http.health"):
             result = HealthChecks(lifecycle).evaluate(LIVEZ, only="db").results[0]
         assert (result.ok, result.reason) == (False, "ValueError: db down")
         assert any(record.exc_info for record in caplog.records)
@@ -247,7 +247,7 @@ class TestHealthChecksComposition:
 
         lifecycle.readiness_check("db")(flaky)
         checks = HealthChecks(lifecycle)
-        with caplog.at_level(logging.INFO, logger="graceful.wsgi.health"):
+        with caplog.at_level(logging.INFO, logger="graceful.http.health"):
             for error in ["db down"] * 5 + ["pool exhausted", "", ""]:
                 state["error"] = error
                 checks.evaluate(READYZ, only="db")
@@ -438,7 +438,7 @@ class TestRespond:
             raise RuntimeError("password=hunter2")
 
         lifecycle.readiness_check("db")(broken)
-        with caplog.at_level(logging.INFO, logger="graceful.wsgi.health"):
+        with caplog.at_level(logging.INFO, logger="graceful.http.health"):
             response = HealthChecks(lifecycle).respond(READYZ)
         assert response.status == 503
         assert response.body == "[+]ping ok\n[-]db failed: reason withheld\n[+]shutdown ok\nreadyz check failed\n"
@@ -455,7 +455,7 @@ class TestRespond:
     def test_shutdown_only_failure_logs_at_info(self, lifecycle: Lifecycle, caplog: pytest.LogCaptureFixture) -> None:
         """Failing only because of the shutdown is logged at INFO, not as a warning."""
         lifecycle.initiate_shutdown()
-        with caplog.at_level(logging.INFO, logger="graceful.wsgi.health"):
+        with caplog.at_level(logging.INFO, logger="graceful.http.health"):
             HealthChecks(lifecycle).respond(READYZ)
         records = [r for r in caplog.records if "check failed" in r.getMessage()]
         assert [r.levelno for r in records] == [logging.INFO]
@@ -496,7 +496,7 @@ class TestRespond:
         """Probes every "second" through a shutdown log one line, not one per probe."""
         checks = HealthChecks(lifecycle)
         lifecycle.initiate_shutdown()
-        with caplog.at_level(logging.INFO, logger="graceful.wsgi.health"):
+        with caplog.at_level(logging.INFO, logger="graceful.http.health"):
             for _ in range(10):
                 assert checks.respond(READYZ).status == 503
         assert len([r for r in caplog.records if "check failed" in r.getMessage()]) == 1
@@ -510,7 +510,7 @@ class TestFailureLog:
         log = FailureLog()
         db = CheckResult("db", False, "down")
         shutdown = CheckResult("shutdown", False, "process is shutting down")
-        with caplog.at_level(logging.INFO, logger="graceful.wsgi.health"):
+        with caplog.at_level(logging.INFO, logger="graceful.http.health"):
             log.record("/readyz", HealthReport(READYZ, (CheckResult("ping", True),)))
             log.record("/readyz", HealthReport(READYZ, (db,)))
             log.record("/readyz", HealthReport(READYZ, (db,)))
@@ -527,7 +527,7 @@ class TestFailureLog:
         """/livez and /readyz/db keep their own failing sets."""
         log = FailureLog()
         report = HealthReport(READYZ, (CheckResult("db", False, "down"),))
-        with caplog.at_level(logging.INFO, logger="graceful.wsgi.health"):
+        with caplog.at_level(logging.INFO, logger="graceful.http.health"):
             log.record("/readyz", report)
             log.record("/readyz/db", report)
             log.record("/readyz", report)

@@ -373,7 +373,7 @@ class TestAdmission:
         _, result = call(GracefulMiddleware(hello, lifecycle))
         result.close()
         result.close()
-        assert lifecycle.admission.try_acquire()
+        assert lifecycle.gate.admission.try_acquire()
 
     def test_slot_released_when_app_raises(self) -> None:
         """An app that raises gives its slot back and ends its count."""
@@ -386,7 +386,7 @@ class TestAdmission:
         with pytest.raises(RuntimeError):
             call(mw)
         assert lifecycle.in_flight.count == 0
-        assert lifecycle.admission.try_acquire()
+        assert lifecycle.gate.admission.try_acquire()
 
     def test_slot_released_on_drain_race(self) -> None:
         """A request refused by the drain does not keep its admission slot."""
@@ -395,7 +395,7 @@ class TestAdmission:
         captured, result = call(GracefulMiddleware(hello, lifecycle))
         finish(result)
         assert captured.code == 503
-        assert lifecycle.admission.try_acquire()
+        assert lifecycle.gate.admission.try_acquire()
 
     def test_limit_counts_streams_until_closed(self) -> None:
         """With max_in_flight on, a stream holds its slot and its count until close()."""
@@ -420,12 +420,12 @@ class TestAdmission:
         lifecycle = retry_after_lifecycle()
         mw = GracefulMiddleware(hello, lifecycle)
         assert [finish(call(mw)[1]) for _ in range(3)] == [b"hello"] * 3
-        assert lifecycle.unhindered
+        assert lifecycle.gate.unhindered
         lifecycle.initiate_shutdown()
         assert finish(call(mw)[1]) == b"hello"  # the delay: served
         lifecycle.stop_accepting()
         assert [call(mw)[0].code for _ in range(2)] == [429, 429]
-        assert not lifecycle.unhindered
+        assert not lifecycle.gate.unhindered
 
     def test_limit_from_the_environment_applies_from_the_first_request(self, monkeypatch: pytest.MonkeyPatch) -> None:
         """A lifecycle whose config loads lazily (from GRACEFUL_*) limits from the very first request."""
@@ -435,7 +435,7 @@ class TestAdmission:
         _, held = call(mw)
         assert call(mw)[0].code == 429
         finish(held)
-        assert lifecycle.admission.limit == 1
+        assert lifecycle.gate.admission.limit == 1
 
     @pytest.mark.parametrize("state", ["retry-after", "draining", "full"])
     def test_no_hop_by_hop_headers(self, state: str) -> None:
@@ -765,7 +765,7 @@ class TestShutdownStatistics:
         mw = GracefulMiddleware(hello, lifecycle)
         for _ in range(3):
             finish(call(mw)[1])
-        assert lifecycle.unhindered
+        assert lifecycle.gate.unhindered
         assert lifecycle.stats.totals() == (0, 0)
 
     def test_arrivals_by_phase(self, lifecycle: Lifecycle) -> None:
@@ -779,7 +779,7 @@ class TestShutdownStatistics:
         lifecycle.stop_accepting()
         finish(call(mw)[1])
         assert lifecycle.stats.arrivals() == {"delay": 2, "draining": 1}
-        assert not lifecycle.unhindered
+        assert not lifecycle.gate.unhindered
 
     def test_retry_after_refusals_are_counted_as_shutting_down(self) -> None:
         """In retry-after mode each 429 after NotAcceptingNewRequests is a shutting_down rejection and an arrival."""
@@ -875,7 +875,7 @@ class TestMetricsOnTheAppPort:
         """Without prometheus_client, /metrics is a 404 saying how to install it, logged once."""
         monkeypatch.setitem(sys.modules, "prometheus_client", None)
         monkeypatch.setitem(sys.modules, "prometheus_client.core", None)
-        monkeypatch.setattr("graceful.wsgi.probes._missing_library_logged", [])
+        monkeypatch.setattr("graceful.http.probes._missing_library_logged", [])
         lifecycle = Lifecycle(Config(metrics_on_app_port=True), clock=fake_clock())
         mw = GracefulMiddleware(hello, lifecycle)
         answers = [call(mw, "/metrics") for _ in range(2)]
@@ -1137,7 +1137,7 @@ class TestFuzz:
         elif state == "draining":
             lifecycle.in_flight.wait(0)
         elif state == "full":
-            assert lifecycle.admission.try_acquire()
+            assert lifecycle.gate.admission.try_acquire()
         captured = Captured()
         result = mw(environ, captured)
         body = finish(result)

@@ -43,7 +43,7 @@ __all__ = ["FAST_PROBE", "FAST_TIMING", "fails_on_shutdown", "health_port_probes
 FAST_TIMING = (1, 2, 1)
 FAST_PROBE = "periodSeconds: {}, failureThreshold: {}, timeoutSeconds: {}".format(*FAST_TIMING)
 
-#: The check behind ``/readyz`` that fails from SIGTERM on (see graceful.wsgi.health).
+#: The check behind ``/readyz`` that fails from SIGTERM on (see graceful.http.health).
 _SHUTDOWN_CHECK = "shutdown"
 
 

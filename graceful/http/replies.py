@@ -2,21 +2,35 @@
 
 Every one has ``text/plain; charset=utf-8`` (the metrics: Prometheus' text
 format), ``X-Content-Type-Options: nosniff`` and ``Cache-Control: no-store``,
-a ``Content-Length``, and no body for HEAD. :func:`reply` runs on the request
-thread that answers (under Gunicorn: a worker's); the health port
-(:mod:`graceful.healthport.request`, on its own thread) writes the same status
-lines and headers from :data:`STATUS` and :func:`headers_for`, plus its 400
-and 431 for bad input.
+a ``Content-Length``, and no body for HEAD. A :class:`Reply` says what to
+answer; each request side writes it in its protocol (WSGI:
+:func:`graceful.wsgi.middleware.send_reply`, ASGI:
+:func:`graceful.asgi.replies.send_reply`), on the thread or event loop that
+answers the request. The health port (:mod:`graceful.healthport.request`, on
+its own thread) writes the same status lines and headers from :data:`STATUS`
+and :func:`headers_for`, plus its 400 and 431 for bad input.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
+
+from graceful.core.stats import REASON_MAX_IN_FLIGHT
 
 if TYPE_CHECKING:
-    from _typeshed.wsgi import StartResponse, WSGIEnvironment
+    from graceful.core.gate import Refusal
 
-__all__ = ["NOT_ALLOWED", "NO_METRICS", "SHUTTING_DOWN", "STATUS", "TEXT", "TOO_MANY", "headers_for", "reply"]
+__all__ = [
+    "NOT_ALLOWED",
+    "NO_METRICS",
+    "SHUTTING_DOWN",
+    "STATUS",
+    "TEXT",
+    "TOO_MANY",
+    "Reply",
+    "headers_for",
+    "refusal_reply",
+]
 
 STATUS = {
     200: "200 OK",
@@ -53,15 +67,22 @@ def headers_for(
     return headers
 
 
-def reply(
-    environ: WSGIEnvironment,
-    start_response: StartResponse,
-    status: int,
-    body: bytes,
-    retry_after: str | None = None,
-    allow: str | None = None,
-    content_type: str = TEXT,
-) -> list[bytes]:
-    """Start a response of graceful's own (plain text unless told); no body for HEAD."""
-    start_response(STATUS[status], headers_for(body, retry_after, allow, content_type))
-    return [] if environ.get("REQUEST_METHOD") == "HEAD" else [body]
+class Reply(NamedTuple):
+    """One of graceful's answers, before a request side writes it: status, body and headers."""
+
+    status: int
+    body: bytes
+    retry_after: str | None = None
+    allow: str | None = None
+    content_type: str = TEXT
+
+    @property
+    def headers(self) -> list[tuple[str, str]]:
+        """Its headers (:func:`headers_for`)."""
+        return headers_for(self.body, self.retry_after, self.allow, self.content_type)
+
+
+def refusal_reply(refusal: Refusal) -> Reply:
+    """graceful's answer to a request its lifecycle's gate refused: 429 or 503, ``Retry-After``."""
+    body = TOO_MANY if refusal.reason == REASON_MAX_IN_FLIGHT else SHUTTING_DOWN
+    return Reply(refusal.status, body, refusal.retry_after)

@@ -36,7 +36,7 @@ statistics (``lifecycle.stats.checked``), which the metrics report.
 
 Everything here is independent of WSGI: :class:`HealthChecks.respond` takes
 an endpoint, an optional check name and a query string and returns a status
-and a body; :mod:`graceful.wsgi.probes` routes HTTP to it. The health port
+and a body; :mod:`graceful.http.probes` routes HTTP to it. The health port
 (:mod:`graceful.healthport`) answers from results evaluated earlier, with the
 same rendering: :func:`respond_with`. Thread-safe: request threads probe
 concurrently. Under Gunicorn each worker has its own checks.

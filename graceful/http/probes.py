@@ -1,4 +1,4 @@
-"""The health paths over WSGI: which paths they are, and answering one with :class:`HealthChecks`.
+"""The health paths, for both request sides: which paths they are, and the answer to one.
 
 ``/livez``, ``/readyz``, ``/healthz`` and ``/<endpoint>/<check>``, exact
 paths, GET and HEAD only (405 with ``Allow`` otherwise); ``/metrics`` too
@@ -6,8 +6,10 @@ when the operator puts the metrics on the app port
 (``GRACEFUL_METRICS_ON_APP_PORT``; :mod:`graceful.metrics`, 404 with one log
 line when prometheus_client is missing). They are matched against
 ``PATH_INFO``, so an app mounted under a ``SCRIPT_NAME`` has them under that
-prefix. An unexpected error becomes a logged 500, never an exception. Runs on
-the request thread that answers the probe.
+prefix (the ASGI side: against ``scope["path"]``, under its ``root_path``).
+An unexpected error becomes a logged 500, never an exception. Runs on the
+request thread (WSGI) or event loop (ASGI) that answers the probe; a user
+check runs on a thread of its own (:class:`HealthChecks`).
 """
 
 from __future__ import annotations
@@ -16,12 +18,10 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from graceful.wsgi.health import ENDPOINTS, HealthChecks, HealthResponse
-from graceful.wsgi.replies import NO_METRICS, NOT_ALLOWED, TEXT, reply
+from graceful.http.health import ENDPOINTS, HealthChecks, HealthResponse
+from graceful.http.replies import NO_METRICS, NOT_ALLOWED, TEXT, Reply
 
 if TYPE_CHECKING:
-    from _typeshed.wsgi import StartResponse, WSGIEnvironment
-
     from graceful.core.lifecycle import Lifecycle
     from graceful.metrics.snapshot import Snapshot
 
@@ -67,29 +67,25 @@ def probe_target(path: str) -> tuple[str, str | None]:
     return endpoint, check
 
 
-def answer_probe(
-    health: HealthChecks, environ: WSGIEnvironment, start_response: StartResponse, path: str
-) -> Iterable[bytes]:
-    """Answer the health path ``path``; anything unexpected becomes a logged 500, never an exception."""
+def answer_probe(health: HealthChecks, method: object, path: str, query: object) -> Reply:
+    """The answer to a probe of ``path`` (a health path or ``/metrics``) with this method and query string.
+
+    Protocol-free: the WSGI side passes ``REQUEST_METHOD`` and
+    ``QUERY_STRING``, the ASGI side the scope's ``method`` and its decoded
+    ``query_string``. Anything unexpected becomes a logged 500, never an exception.
+    """
     try:
         endpoint, check = (METRICS, None) if path == METRICS_PATH else probe_target(path)
-        if environ.get("REQUEST_METHOD") not in ("GET", "HEAD"):
-            return reply(environ, start_response, 405, NOT_ALLOWED, allow="GET, HEAD")
+        if method not in ("GET", "HEAD"):
+            return Reply(405, NOT_ALLOWED, allow="GET, HEAD")
         if endpoint == METRICS:
-            return _answer_metrics(health, environ, start_response)
-        query = environ.get("QUERY_STRING")
+            status, body, content_type = metrics_reply(health.lifecycle)
+            return Reply(status, body, content_type=content_type)
         response = health.respond(endpoint, check, query if isinstance(query, str) else "")
     except Exception:
         logger.exception("graceful: health endpoint %r failed", path)
         response = HealthResponse(500, "internal error\n")
-    body = response.body.encode("utf-8", "replace")
-    return reply(environ, start_response, response.status, body)
-
-
-def _answer_metrics(health: HealthChecks, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
-    """``/metrics`` on the app port: this process's metrics in Prometheus' text format, or 404 without the library."""
-    status, body, content_type = metrics_reply(health.lifecycle)
-    return reply(environ, start_response, status, body, content_type=content_type)
+    return Reply(response.status, response.body.encode("utf-8", "replace"))
 
 
 def metrics_reply(
