@@ -118,7 +118,9 @@ class Lifespan:
         self.shutdown = outcome
         self.shutdown_seconds = None if began is None else time.monotonic() - began
         if outcome == "ok":
-            logger.info("graceful: the app's lifespan shutdown completed after running %.3fs", self.shutdown_seconds or 0.0)
+            logger.info(
+                "graceful: the app's lifespan shutdown completed after running %.3fs", self.shutdown_seconds or 0.0
+            )
         else:
             logger.warning(
                 "graceful: the app's lifespan shutdown %s after running %.3fs", outcome, self.shutdown_seconds or 0.0
