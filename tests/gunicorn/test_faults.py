@@ -39,9 +39,9 @@ Start = Callable[..., Server]
 
 @pytest.fixture
 def start(processes: Processes, tmp_path: Path) -> Iterator[Start]:
-    """Start Gunicorn with graceful and the faults app: start(env=..., workers=2, ready=True)."""
+    """Start Gunicorn with graceful and the faults app: start(env=..., workers=2, ready=True, kind="gthread")."""
 
-    def run(env: dict[str, str] | None = None, workers: int = 2, ready: bool = True) -> Server:
+    def run(env: dict[str, str] | None = None, workers: int = 2, ready: bool = True, kind: str = "gthread") -> Server:
         port = free_port()
         full_env = dict(
             os.environ,
@@ -55,8 +55,8 @@ def start(processes: Processes, tmp_path: Path) -> Iterator[Start]:
             GRACEFUL_TERMINATION_LOG="",
         )
         full_env.update(env or {})
-        kind = [*WORKERS["gthread"][:2], "-w", str(workers), *WORKERS["gthread"][4:]]
-        argv = [GUNICORN, "-c", "graceful/conf.py", "-b", f"127.0.0.1:{port}", *kind, APP]
+        options = [*WORKERS[kind][:2], "-w", str(workers), *WORKERS[kind][4:]]
+        argv = [GUNICORN, "-c", "graceful/conf.py", "-b", f"127.0.0.1:{port}", *options, APP]
         if _has_control_socket():  # tests must not share ~/.gunicorn/gunicorn.ctl
             argv[1:1] = ["--no-control-socket"]
         server = Server(processes.start(argv, env=full_env), port)
@@ -127,9 +127,13 @@ def summary_line(server: Server) -> str:
 
 
 class TestWorkersThatDie:
-    def test_a_worker_killed_during_the_drain_loses_exactly_its_requests(self, start: Start, tmp_path: Path) -> None:
+    # gevent too: its in-flight reports come from a greenlet, its requests from greenlets.
+    @pytest.mark.parametrize("kind", ["gthread", "gevent"])
+    def test_a_worker_killed_during_the_drain_loses_exactly_its_requests(
+        self, start: Start, tmp_path: Path, kind: str
+    ) -> None:
         """SIGKILL (as the OOM killer) to a worker draining held requests: they are lost, named; the others served."""
-        server = start(env={"GRACEFUL_DRAIN_TIMEOUT": "3"})
+        server = start(env={"GRACEFUL_DRAIN_TIMEOUT": "3"}, kind=kind)
         with ThreadPoolExecutor(4) as pool:
             held = [pool.submit(get, server, "/hold?ms=2500") for _ in range(4)]  # all still running at the kill
             victim, lost = holders(server, 4).most_common(1)[0]
