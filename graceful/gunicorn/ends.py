@@ -73,7 +73,10 @@ class WorkerEnds:
         #: pid -> (seen at, replaced, sent its part, its last in-flight count), at its channel's end-of-file.
         self._closed: dict[int, tuple[float, bool, bool, int | None]] = {}
         self._killed: set[int] = set()
-        self._settled: set[int] = set()
+        #: Gunicorn 27's dirty arbiter: pid -> (seen at, replaced, its status); and the one the master killed.
+        self._dirty: dict[int, tuple[float, bool, ExitStatus]] = {}
+        self._killed_dirty: int | None = None
+        self._settled: set[int | tuple[str, int]] = set()
         channel.on_close(self._closed_channel)
 
     # -- main thread: what the master does ------------------------------------------------------
@@ -91,12 +94,21 @@ class WorkerEnds:
         """The master SIGKILLs these workers at graceful_timeout."""
         self._killed.update(pids)
 
+    def killing_dirty(self, pid: int) -> None:
+        """The master SIGKILLs the dirty arbiter ``pid`` (and its workers) at dirty_graceful_timeout."""
+        self._killed_dirty = pid
+
     # -- what is seen (any thread; a signal handler) ---------------------------------------------
 
     def exited(self, pid: int, status: ExitStatus) -> None:
         """Worker ``pid`` exited with ``status`` (before Gunicorn reaps it; maybe in a signal handler)."""
         if self._since is not None:
             self._exits[pid] = (self.lifecycle.clock.now(), not self._stopping, status)
+
+    def dirty_exited(self, pid: int, status: ExitStatus) -> None:
+        """Gunicorn 27's dirty arbiter ``pid`` exited with ``status`` (main thread, as Gunicorn reaps it)."""
+        if self._since is not None:
+            self._dirty[pid] = (self.lifecycle.clock.now(), not self._stopping, status)
 
     def _closed_channel(self, pid: int, latest: dict[Kind, Received]) -> None:
         """The ``graceful-channel`` thread, under the channel's lock: worker ``pid``'s end is at end-of-file."""
@@ -111,7 +123,7 @@ class WorkerEnds:
 
         Each abnormal end is logged and kept in the lifecycle's statistics.
         """
-        found: list[ProcessEnd] = []
+        found = self._settle_dirty(final)
         for pid in sorted((set(self._exits) | set(self._closed)) - self._settled):
             exit_seen, closed = self._exits.get(pid), self._closed.get(pid)
             if not final and (exit_seen is None or closed is None):
@@ -120,10 +132,33 @@ class WorkerEnds:
             end = self._end(pid, exit_seen, closed)
             if end is None:
                 continue
-            self.lifecycle.stats.process_ended(end)
-            logger.warning("graceful: a worker ended abnormally: %s", end.describe())
+            self._record(end)
             found.append(end)
         return found
+
+    def _settle_dirty(self, final: bool) -> list[ProcessEnd]:
+        """The dirty arbiter's ends: killed by the master, or any exit but status 0 (it sends no part)."""
+        found: list[ProcessEnd] = []
+        killed = self._killed_dirty
+        if final and killed is not None and killed not in self._dirty:  # killed, then reaped unseen
+            self._dirty[killed] = (self.lifecycle.clock.now(), False, ExitStatus(signal=signal.SIGKILL))
+        for pid, (at, replaced, status) in sorted(self._dirty.items()):
+            if ("dirty", pid) in self._settled or status.normal:
+                continue
+            self._settled.add(("dirty", pid))
+            cause = END_SIGNAL if status.signal is not None else END_STATUS
+            if pid == killed:
+                cause = END_KILLED
+            end = ProcessEnd(
+                pid, cause, at, role="dirty arbiter", signal=status.signal_name, status=status.status, replaced=replaced
+            )
+            self._record(end)
+            found.append(end)
+        return found
+
+    def _record(self, end: ProcessEnd) -> None:
+        self.lifecycle.stats.process_ended(end)
+        logger.warning("graceful: ended abnormally: %s", end.describe())
 
     def _end(
         self,

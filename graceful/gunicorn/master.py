@@ -52,7 +52,6 @@ from graceful.core.budget import seconds_left
 from graceful.core.lifecycle import Lifecycle
 from graceful.core.record import ProcessPart, part_of, record_of
 from graceful.core.sequences import MasterPhase, master_finish, master_on_loop_pass, master_on_term
-from graceful.core.stats import END_KILLED, ProcessEnd
 from graceful.gunicorn.adapter.arbiter import Arbiter, GunicornHandler
 from graceful.gunicorn.channel import Kind, MasterChannel
 from graceful.gunicorn.ends import WorkerEnds
@@ -126,6 +125,7 @@ class MasterShutdown:
         arbiter.on_term(lambda: master_on_term(self))
         arbiter.after_loop_wait(lambda: master_on_loop_pass(self))
         arbiter.on_worker_exit(self.ends.exited)
+        arbiter.on_dirty_exit(self.ends.dirty_exited)
         arbiter.after_loop_wait(self.ends.settle)
         if self.health is not None:
             self.health.start()
@@ -250,10 +250,8 @@ class MasterShutdown:
                 self.lifecycle.clock.now() - started,
                 budget - 1,
             )
-            pid = arbiter.dirty_pid()
+            self.ends.killing_dirty(arbiter.dirty_pid())
             arbiter.kill_dirty_tree()
-            end = ProcessEnd(pid, END_KILLED, self.lifecycle.clock.now(), role="dirty arbiter", signal="SIGKILL")
-            self.lifecycle.stats.process_ended(end)
 
     def _stop_and_reap(
         self, send: Callable[[int], object], reap: Callable[[], object], alive: Callable[[], bool], cap: float

@@ -68,6 +68,9 @@ class FakeArbiter:
         #: Workers that exited and are not reaped yet, with how they ended (reap tells graceful, then forgets).
         self.exited: dict[int, ExitStatus] = {}
         self._on_worker_exit: list[Callable[[int, ExitStatus], object]] = []
+        self._on_dirty_exit: list[Callable[[int, ExitStatus], object]] = []
+        #: How the dirty arbiter ends when it exits (a TERM it obeys: status 0).
+        self.dirty_status = ExitStatus(status=0)
         self._term: Callable[[], object] | None = None
         self._before: dict[str, list[Callable[[], object]]] = {}
         self._os_handler: OsSignalHandler | None = None
@@ -135,6 +138,9 @@ class FakeArbiter:
     def on_worker_exit(self, callback: Callable[[int, ExitStatus], object]) -> None:
         self._on_worker_exit.append(callback)
 
+    def on_dirty_exit(self, callback: Callable[[int, ExitStatus], object]) -> None:
+        self._on_dirty_exit.append(callback)
+
     def worker_ends(self, pid: int, status: ExitStatus) -> None:
         """Worker ``pid`` exits with ``status`` (not reaped until the next :meth:`reap`)."""
         self.workers.discard(pid)
@@ -160,7 +166,9 @@ class FakeArbiter:
 
     def reap_dirty(self) -> None:
         self.calls.append("reap dirty")
-        if self.dirty_exited:
+        if self.dirty_exited and self.dirty:
+            for callback in self._on_dirty_exit:
+                callback(self.dirty, self.dirty_status)
             self.dirty = 0
 
     def kill_dirty_tree(self) -> None:

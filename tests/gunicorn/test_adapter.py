@@ -169,6 +169,24 @@ class TestArbiterActions:
         }
         assert seen[children["SIGKILL"]].signal_name == "SIGKILL" and seen[children["exit 0"]].normal
 
+    def test_the_dirty_arbiters_exit_status_is_seen_as_gunicorn_handles_it(self, environment: None) -> None:
+        """on_dirty_exit: Gunicorn 27 hands the dirty arbiter's wait status to its handler, seen first; 22-26: none."""
+        arbiter = arbiter_of()
+        seen: list[tuple[int, ExitStatus]] = []
+        handled = hasattr(arbiter, "handle_dirty_arbiter_exit")
+        ArbiterAdapter.probe(arbiter).on_dirty_exit(lambda pid, status: seen.append((pid, status)))
+        if not handled:  # Gunicorn 22-26: no dirty pool, nothing wrapped
+            assert not hasattr(arbiter, "handle_dirty_arbiter_exit")
+            return
+        pid = os.fork()
+        if pid == 0:
+            os.kill(os.getpid(), signal.SIGKILL)
+        _, status = os.waitpid(pid, 0)
+        arbiter.dirty_arbiter_pid = pid
+        arbiter.handle_dirty_arbiter_exit(pid, status)
+        assert seen == [(pid, ExitStatus(signal=signal.SIGKILL))]
+        assert arbiter.dirty_arbiter_pid == 0  # Gunicorn's own handling followed
+
     def test_halt_is_gunicorns_halt(self, environment: None) -> None:
         """halt_gunicorn: Gunicorn's own halt() (its stop, on_exit, exit 0), called once."""
         arbiter = arbiter_of()

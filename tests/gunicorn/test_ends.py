@@ -73,7 +73,7 @@ class TestWhatEndedAbnormally:
             [end] = ends.settle()
         assert (end.pid, end.cause, end.signal, end.lost, end.replaced) == (11, "signal", "SIGKILL", 4, False)
         assert caplog.messages == [
-            "graceful: a worker ended abnormally: worker 11 killed by SIGKILL without its part of the record"
+            "graceful: ended abnormally: worker 11 killed by SIGKILL without its part of the record"
             " while stopping: 4 requests in flight lost"
         ]
         assert ends.lifecycle.stats.process_ends() == [end]

@@ -296,9 +296,10 @@ class TestDirtyPool:
     ) -> None:
         """A dirty arbiter still running after dirty_graceful_timeout is SIGKILLed with its workers, logged."""
         arbiter = FakeArbiter(dirty=77, dirty_graceful_timeout=0.02, dirty_exit_on=())
-        _, lifecycle, _, _ = master_of(made, arbiter, settle=0.002)  # 200 polls of 5 ms before the bound
+        master, lifecycle, _, _ = master_of(made, arbiter, settle=0.002)  # 200 polls of 5 ms before the bound
         with caplog.at_level(logging.WARNING, logger="graceful"):
             shut_down(arbiter)
+            master.finish()  # on_exit: the record names it
         assert arbiter.calls[-2:] == ["kill dirty tree", "halt"]
         # It had its dirty_graceful_timeout and the 1 s the master adds for its own exit.
         assert "dirty arbiter still running after waiting 1.0s (dirty_graceful_timeout 0.02s): killing" in caplog.text
@@ -307,6 +308,25 @@ class TestDirtyPool:
             "dirty arbiter 77 killed by the master at dirty_graceful_timeout (SIGKILL) while stopping:"
             " its unfinished tasks are lost"
         )
+
+    def test_a_dirty_arbiter_that_crashes_while_stopping_is_named(self, made: list[MasterShutdown]) -> None:
+        """The dirty arbiter dies of SIGSEGV as it stops: named in the master's figures; a TERM it obeys is not."""
+        arbiter = FakeArbiter(dirty=77)
+        arbiter.dirty_status = ExitStatus(signal=signal.SIGSEGV)
+        master, lifecycle, _, _ = master_of(made, arbiter)
+        shut_down(arbiter)
+        master.finish()
+        assert [e.describe() for e in lifecycle.stats.process_ends()] == [
+            "dirty arbiter 77 killed by SIGSEGV while stopping: its unfinished tasks are lost"
+        ]
+
+    def test_a_dirty_arbiter_that_obeys_its_term_is_not_named(self, made: list[MasterShutdown]) -> None:
+        """Status 0 after its TERM: a normal end."""
+        arbiter = FakeArbiter(dirty=77)
+        master, lifecycle, _, _ = master_of(made, arbiter)
+        shut_down(arbiter)
+        master.finish()
+        assert lifecycle.stats.process_ends() == []
 
     def test_a_second_term_leaves_no_dirty_process(self, made: list[MasterShutdown]) -> None:
         """The second TERM kills the dirty arbiter and its workers too, before exiting 1."""

@@ -131,6 +131,9 @@ class Arbiter(Protocol):
         ``callback`` only sets plain attributes.
         """
 
+    def on_dirty_exit(self, callback: Callable[[int, ExitStatus], object]) -> None:
+        """Call ``callback(pid, status)`` as Gunicorn 27's dirty arbiter is reaped (main thread); else never."""
+
     def wake(self) -> None:
         """Any thread: wake the main loop at once (Gunicorn's ``wakeup()``); its next pass follows."""
 
@@ -321,6 +324,28 @@ class ArbiterAdapter:
                     callback(pid, ExitStatus(signal=info.si_status))
 
         self._before("reap_workers", look)
+
+    def on_dirty_exit(self, callback: Callable[[int, ExitStatus], object]) -> None:
+        """See :meth:`Arbiter.on_dirty_exit`.
+
+        Gunicorn 27 hands the dirty arbiter's wait status to its
+        ``handle_dirty_arbiter_exit(pid, status)`` from both of its reaping
+        paths: wrapped, ``callback`` sees it first. A release without a
+        dirty pool has no such method, and nothing is wrapped.
+        """
+        server = self._server
+        original = getattr(server, "handle_dirty_arbiter_exit", None)
+        if original is None:
+            return
+
+        def seen_then_original(pid: int, status: int) -> Any:
+            if os.WIFEXITED(status):
+                callback(pid, ExitStatus(status=os.WEXITSTATUS(status)))
+            elif os.WIFSIGNALED(status):
+                callback(pid, ExitStatus(signal=os.WTERMSIG(status)))
+            return original(pid, status)
+
+        server.__dict__["handle_dirty_arbiter_exit"] = seen_then_original
 
     def wake(self) -> None:
         """See :meth:`Arbiter.wake`. 24+: ``WAKEUP_REQUEST`` on the queue; 22/23: a byte on the self-pipe."""
