@@ -118,10 +118,12 @@ class Lifespan:
         self.shutdown = outcome
         self.shutdown_seconds = None if began is None else time.monotonic() - began
         if outcome == "ok":
-            logger.info("graceful: the app's lifespan shutdown completed after %.3fs", self.shutdown_seconds or 0.0)
+            logger.info(
+                "graceful: the app's lifespan shutdown completed after running %.3fs", self.shutdown_seconds or 0.0
+            )
         else:
             logger.warning(
-                "graceful: the app's lifespan shutdown %s after %.3fs", outcome, self.shutdown_seconds or 0.0
+                "graceful: the app's lifespan shutdown %s after running %.3fs", outcome, self.shutdown_seconds or 0.0
             )
 
 

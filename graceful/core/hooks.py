@@ -218,7 +218,7 @@ class HookBatch:
             level = logging.INFO if r.outcome is Outcome.OK else logging.WARNING
             logger.log(
                 level,
-                "graceful: %s %r %s after %.3fs%s",
+                "graceful: %s %r %s after running %.3fs%s",
                 self.kind,
                 r.name,
                 r.outcome.value,

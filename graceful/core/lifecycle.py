@@ -142,6 +142,9 @@ class Lifecycle(Registrations):
         #: How the shutdown delay ended, once it has (in the process that runs it).
         self.delay_outcome: DelayOutcome | None = None
         self._sampler: Sampler | None = None
+        #: Called with the in-flight count at each sample (the graceful-sampler thread): a Gunicorn
+        #: worker tells its master, which counts them as lost if the worker dies. Quick, never raising.
+        self.on_sample: Callable[[int], object] | None = None
         #: What serves the app, for ``graceful_info`` and the record: ``gunicorn``, ``graceful serve``, ...
         self.server = "wsgi"
         #: The Gunicorn worker class (``sync``, ``gthread``, ``gevent``), else what the server says.
@@ -199,7 +202,7 @@ class Lifecycle(Registrations):
         self.delay_outcome = outcome
         if outcome.end is not DelayEnd.FIXED:
             logger.info(
-                "graceful: the shutdown delay ended after %.3fs: %s",
+                "graceful: the shutdown delay ended %.3fs after ShutdownInitiated: %s",
                 outcome.ended_at,
                 outcome.describe(),
                 extra=self.log_fields("delay_ended"),
@@ -313,9 +316,13 @@ class Lifecycle(Registrations):
         """Wait for in-flight requests, up to ``timeout`` s, warning of what it abandons; True if drained."""
         drained = self.drain_in_flight(timeout)
         if not drained:
+            figures = self.stats.drain
+            # From the drain's start (a Gunicorn worker's TERM), not from this wait's: ``timeout`` is what was left.
+            waited = timeout if figures is None or figures.ended_at is None else figures.ended_at - figures.started_at
             logger.warning(
-                "graceful: drain timed out after %gs; abandoning %d in-flight request(s)",
-                timeout,
+                "graceful: drain timed out after waiting %.1fs (drain_timeout %gs); abandoning %d in-flight request(s)",
+                waited,
+                self.config.drain_timeout,
                 self.in_flight.count,
                 extra=self.log_fields("drain_timeout"),
             )
@@ -505,7 +512,10 @@ class Lifecycle(Registrations):
 
     def _sample(self) -> tuple[int, int, int]:
         arrived, rejected = self.stats.totals()
-        return self.in_flight.count, arrived, rejected
+        in_flight = self.in_flight.count
+        if self.on_sample is not None:
+            self.on_sample(in_flight)
+        return in_flight, arrived, rejected
 
     def _warn_late_traffic(self) -> None:
         """NotAcceptingNewRequests: warn once when requests still came in the last tenth of the delay."""
@@ -516,7 +526,7 @@ class Lifecycle(Registrations):
             return  # traffic had stopped: a longer delay would have changed nothing
         logger.warning(
             "graceful: %d request(s) arrived in the last tenth of the %gs shutdown delay (from %.3fs after"
-            " ShutdownInitiated; the last at %.3fs): the delay looks too short for the load balancers to stop"
+            " ShutdownInitiated; the last %.3fs after it): the delay looks too short for the load balancers to stop"
             " sending here; raise GRACEFUL_SHUTDOWN_DELAY",
             late.count,
             late.shutdown_delay,

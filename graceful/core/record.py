@@ -21,7 +21,11 @@ The record (format 1)::
     hooks       [{kind, name, pid, outcome, started_s, duration_s, error}]
     requests    drained, drain_s, abandoned, arrived {delay, draining}, late,
                 late_from_s, last_arrival_s, rejected {shutting_down, draining, max_in_flight,
-                refused_stream (since 0.3)}
+                refused_stream (since 0.3)}, lost, lost_unknown (since 0.3)
+    ended       (since 0.3) every process that ended abnormally during the shutdown (a
+                Gunicorn master's workers, its dirty arbiter): [{pid, role, cause (signal,
+                killed, status, no_part), at_s, signal, status, in_flight (at its last
+                report; null: never reported), part, replaced, lost, text}]
     samples     {interval_s, t_s, in_flight, arrived, rejected, truncated}: every process
                 summed, every interval_s
     delay       how the shutdown delay ended: {end (fixed, quiet, maximum), ended_s,
@@ -56,10 +60,12 @@ from graceful.core.report import (
     RequestFigures,
     SampleSeries,
     delay_from_json,
+    end_from_json,
+    end_to_json,
     merge,
     report_of,
 )
-from graceful.core.stats import PHASE_DELAY, PHASE_DRAINING
+from graceful.core.stats import PHASE_DELAY, PHASE_DRAINING, ProcessEnd
 
 if TYPE_CHECKING:
     from graceful.core.lifecycle import Lifecycle
@@ -138,11 +144,14 @@ class ShutdownRecord:
     parts: tuple[ProcessReport, ...]
     #: How the shutdown delay ended (None: unknown, e.g. a record written before it was kept).
     delay: DelayOutcome | None = None
+    #: The processes that ended abnormally during the shutdown (a Gunicorn master's workers).
+    ended: tuple[ProcessEnd, ...] = ()
 
     @property
     def ok(self) -> bool:
-        """True when every hook and task returned normally and the drain abandoned nothing."""
-        return all(h.outcome == "ok" for h in self.hooks) and not self.requests.abandoned
+        """True when every hook and task returned normally, the drain abandoned nothing and no process ended
+        abnormally."""
+        return all(h.outcome == "ok" for h in self.hooks) and not self.requests.abandoned and not self.ended
 
     def summary(self) -> str:
         """One paragraph for the termination message (at most :data:`MAX_MESSAGE_BYTES` in UTF-8)."""
@@ -157,12 +166,15 @@ class ShutdownRecord:
             if outcome is not None and adaptive
             else f"delay {delay:g} s",
             _hooks_phrase([h for h in self.hooks if h.kind == PRE_SHUTDOWN_HOOK], "pre-shutdown hook"),
-            f"drained {_plural(requests.drained, 'request')}{drain}, {requests.abandoned} abandoned",
+            f"drained {_plural(requests.drained, 'request')}{drain}, {requests.abandoned} abandoned"
+            + _lost_phrase(requests),
             _hooks_phrase([h for h in self.hooks if h.kind == CLEANUP_TASK], "cleanup task")
             + (f" in {workers} workers" if workers > 1 else ""),
         ]
         head = "clean shutdown" if self.ok else "shutdown with problems"
         text = f"graceful: {head} in {self.duration:.1f} s ({'; '.join(inside)})"
+        if self.ended:  # first after the figures: a termination message keeps only its first 4 KB
+            text += f"; ended abnormally: {', '.join(end.describe() for end in self.ended)}"
         arrived = requests.arrived.get(PHASE_DELAY, 0)
         text += f"; {_plural(arrived, 'request')} arrived during the delay"
         if requests.last_arrival is not None and arrived:
@@ -200,6 +212,7 @@ class ShutdownRecord:
             "samples": self.samples.to_json(),
             "parts": [p.to_json() for p in self.parts],
             "delay": None if self.delay is None else self.delay.to_json(),
+            "ended": [end_to_json(end) for end in self.ended],
         }
 
     @classmethod
@@ -225,6 +238,7 @@ class ShutdownRecord:
             samples=SampleSeries.from_json(top.child("samples")),
             parts=tuple(top.objects("parts", ProcessReport.from_json)),
             delay=delay_from_json(top),
+            ended=tuple(top.objects("ended", end_from_json)) if top.has("ended") else (),
         )
 
 
@@ -285,6 +299,7 @@ def record_of(lifecycle: Lifecycle, parts: Sequence[ProcessReport], version: str
         samples=total.samples,
         parts=tuple(shifted),
         delay=total.delay,
+        ended=total.ended,
     )
 
 
@@ -297,6 +312,16 @@ def _seconds(value: float | None) -> float | None:
 
 def _plural(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def _lost_phrase(requests: RequestFigures) -> str:
+    """``, 4 lost``, ``, 4 lost and an unknown number in 1 worker``, or nothing when none was."""
+    if not requests.lost and not requests.lost_unknown:
+        return ""
+    unknown = requests.lost_unknown
+    return f", {requests.lost} lost" + (
+        f" and an unknown number in {unknown} process{'' if unknown == 1 else 'es'}" if unknown else ""
+    )
 
 
 def _hooks_phrase(entries: Sequence[HookEntry], noun: str) -> str:

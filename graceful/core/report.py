@@ -44,7 +44,7 @@ first)::
     CleanupFinished               the latest                                  done when the last process is
     in_flight, drained, aban-     summed                                      each process counts its own
     doned, arrived, late,
-    rejected
+    rejected, lost, lost_unknown
     drain_s                       the longest                                 the server waited that long
     late_from                     the earliest                                the first process's late window
     last_arrival                  the latest                                  the server's last arrival
@@ -56,6 +56,8 @@ first)::
     samples                       summed on a common grid                     the server's in-flight curve
     delay                         the first report's that has one             only the process that ran the
                                                                               delay has one
+    ended                         every one, in order                         each process names those it
+                                                                              started (a master: its workers)
     longest pre-shutdown hook     the longest of the owners' (master, serve)  the hooks run there
     longest cleanup task          the longest of the serving processes'       the tasks that follow a drain run
                                   (worker, serve), else of all                there; a master's is its default
@@ -74,7 +76,16 @@ from typing import TYPE_CHECKING, Any
 from graceful.core.codec import MAX_ITEMS, FieldReader, ReportError
 from graceful.core.delay import DelayEnd, DelayOutcome
 from graceful.core.role import Role
-from graceful.core.stats import LATE_SHARE, PHASES, REASON_REFUSED_STREAM, REASONS, SAMPLE_INTERVAL, CheckTally
+from graceful.core.stats import (
+    END_CAUSES,
+    LATE_SHARE,
+    PHASES,
+    REASON_REFUSED_STREAM,
+    REASONS,
+    SAMPLE_INTERVAL,
+    CheckTally,
+    ProcessEnd,
+)
 
 if TYPE_CHECKING:
     from graceful.core.lifecycle import Lifecycle
@@ -86,10 +97,13 @@ __all__ = [
     "HAS_BEEN_READY",
     "ROLES",
     "HookEntry",
+    "ProcessEnd",
     "ProcessReport",
     "RequestFigures",
     "SampleSeries",
     "delay_from_json",
+    "end_from_json",
+    "end_to_json",
     "merge",
     "report_of",
     "role_of",
@@ -171,7 +185,10 @@ class RequestFigures:
     ``drained``: in flight when the drain began (``drain_seconds`` later all
     but ``abandoned`` were done); ``arrived``: after ShutdownInitiated, by
     phase; ``late``: of those, arrived in the last tenth of the delay, from
-    ``late_from`` on; ``rejected``: by reason.
+    ``late_from`` on; ``rejected``: by reason; ``lost``: in flight at their
+    last report in processes that ended abnormally without their part of the
+    record (:class:`~graceful.core.stats.ProcessEnd`), and ``lost_unknown``
+    such processes that never reported theirs.
     """
 
     drained: int = 0
@@ -182,6 +199,8 @@ class RequestFigures:
     late_from: float | None = None
     last_arrival: float | None = None
     rejected: Mapping[str, int] = dataclasses.field(default_factory=lambda: dict.fromkeys(REASONS, 0))
+    lost: int = 0
+    lost_unknown: int = 0
 
     def shifted(self, offset: float) -> RequestFigures:
         """The same figures with their times ``offset`` seconds later."""
@@ -206,6 +225,8 @@ class RequestFigures:
             late_from=_extreme(min, (f.late_from for f in items)),
             last_arrival=_extreme(max, (f.last_arrival for f in items)),
             rejected={reason: sum(f.rejected.get(reason, 0) for f in items) for reason in REASONS},
+            lost=sum(f.lost for f in items),
+            lost_unknown=sum(f.lost_unknown for f in items),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -219,6 +240,8 @@ class RequestFigures:
             "late_from_s": _seconds(self.late_from),
             "last_arrival_s": _seconds(self.last_arrival),
             "rejected": dict(self.rejected),
+            "lost": self.lost,
+            "lost_unknown": self.lost_unknown,
         }
 
     @classmethod
@@ -238,6 +261,9 @@ class RequestFigures:
                 reason: rejected.count(reason) if reason in present or reason not in _SINCE_0_3 else 0
                 for reason in REASONS
             },
+            # Since 0.3: a report written before has none.
+            lost=data.count("lost") if data.has("lost") else 0,
+            lost_unknown=data.count("lost_unknown") if data.has("lost_unknown") else 0,
         )
 
 
@@ -342,6 +368,8 @@ class ProcessReport:
     checks: tuple[CheckTally, ...] = ()
     #: How the shutdown delay ended, in the process that ran it.
     delay: DelayOutcome | None = None
+    #: The processes it started that ended abnormally (a Gunicorn master's workers), times since its origin.
+    ended: tuple[ProcessEnd, ...] = ()
     version: str = ""
     server: str = ""
     worker_class: str = ""
@@ -380,6 +408,7 @@ class ProcessReport:
             hooks=tuple(h.shifted(offset) for h in self.hooks),
             requests=self.requests.shifted(offset),
             samples=self.samples.shifted(offset),
+            ended=tuple(dataclasses.replace(e, at=e.at + offset) for e in self.ended),
             offset=self.offset + offset,
         )
 
@@ -424,6 +453,7 @@ class ProcessReport:
             "in_flight": self.in_flight,
             "checks": [[c.endpoint, c.name, c.ok, c.successes, c.errors] for c in self.checks],
             "delay": None if self.delay is None else self.delay.to_json(),
+            "ended": [end_to_json(e) for e in self.ended],
             "info": {"version": self.version, "server": self.server, "worker_class": self.worker_class},
         }
         return data
@@ -450,6 +480,7 @@ class ProcessReport:
             in_flight=data.count("in_flight") if data.has("in_flight") else 0,
             checks=tuple(data.rows("checks", 5, _check)) if data.has("checks") else (),
             delay=delay_from_json(data),
+            ended=tuple(data.objects("ended", end_from_json)) if data.has("ended") else (),
             version="" if info is None else info.text("version"),
             server="" if info is None else info.text("server"),
             worker_class="" if info is None else info.text("worker_class"),
@@ -494,6 +525,7 @@ def report_of(
         for r in lifecycle.hook_results()
     )
     late = stats.late_traffic()
+    ends = tuple(dataclasses.replace(e, at=e.at - t0) for e in stats.process_ends())
     requests = RequestFigures(
         drained=drain.in_flight if drain is not None else 0,
         drain_seconds=None if drain is None or drain.ended_at is None else drain.ended_at - drain.started_at,
@@ -508,6 +540,8 @@ def report_of(
         ),
         last_arrival=_minus(stats.last_arrival_at, t0),
         rejected=stats.rejections(),
+        lost=sum(e.lost or 0 for e in ends),
+        lost_unknown=sum(1 for e in ends if e.lost is None),
     )
     taken = lifecycle.samples if samples else []
     series = SampleSeries(
@@ -531,6 +565,7 @@ def report_of(
         in_flight=lifecycle.in_flight.count,
         checks=tuple(stats.health_checks()),
         delay=lifecycle.delay_outcome,
+        ended=ends,
         version=__version__,
         server=lifecycle.server,
         worker_class=lifecycle.worker_class,
@@ -562,6 +597,7 @@ def merge(reports: Iterable[ProcessReport]) -> ProcessReport:
         in_flight=sum(item.in_flight for item in shifted),
         checks=_merged_checks(c for item in shifted for c in item.checks),
         delay=next((item.delay for item in shifted if item.delay is not None), None),
+        ended=tuple(e for item in shifted for e in item.ended),
     )
 
 
@@ -638,6 +674,41 @@ def delay_from_json(data: FieldReader) -> DelayOutcome | None:
         quiet_period=delay.seconds("quiet_period_s", optional=True, signed=False),
         floor=delay.seconds("floor_s", optional=True, signed=False),
         maximum=delay.seconds("maximum_s", signed=False),
+    )
+
+
+def end_to_json(end: ProcessEnd) -> dict[str, Any]:
+    """One ended process as JSON; ``text`` is its description, for a reader of the record."""
+    return {
+        "pid": end.pid,
+        "role": end.role,
+        "cause": end.cause,
+        "at_s": _seconds(end.at),
+        "signal": end.signal,
+        "status": end.status,
+        "in_flight": end.in_flight,
+        "part": end.part,
+        "replaced": end.replaced,
+        "lost": end.lost,
+        "text": end.describe(),
+    }
+
+
+def end_from_json(data: FieldReader) -> ProcessEnd:
+    """One ended process back; :class:`ReportError` when it is not one."""
+    cause = data.text("cause")
+    if cause not in END_CAUSES:
+        raise ReportError(f"{data.where('cause')}: expected one of {', '.join(END_CAUSES)}, got {cause!r}")
+    return ProcessEnd(
+        pid=data.count("pid"),
+        cause=cause,
+        at=data.seconds("at_s"),
+        role=data.text("role"),
+        signal=data.text("signal", optional=True),
+        status=data.count("status") if data.raw("status") is not None else None,
+        in_flight=data.count("in_flight") if data.raw("in_flight") is not None else None,
+        part=data.flag("part"),
+        replaced=data.flag("replaced"),
     )
 
 

@@ -18,6 +18,10 @@ request hot path before a shutdown:
 * the drain: how many requests it waited for, how long, how many it abandoned;
 * health-check results, per endpoint and check, counted where probes are
   evaluated (:mod:`graceful.http.health`);
+* the processes it started that ended abnormally (a Gunicorn master's
+  workers: killed by a signal, killed at its deadline, crashed, or gone
+  without their part of the record), each a :class:`ProcessEnd`, with the
+  requests they had in flight at their last report (lost);
 * samples (in-flight count, arrivals and rejections so far) every
   :data:`SAMPLE_INTERVAL` seconds from ShutdownInitiated to CleanupFinished,
   taken by a :class:`Sampler` on the ``graceful-sampler`` thread.
@@ -55,7 +59,13 @@ __all__ = [
     "CheckTally",
     "Counter",
     "DrainFigures",
+    "END_CAUSES",
+    "END_KILLED",
+    "END_NO_PART",
+    "END_SIGNAL",
+    "END_STATUS",
     "LateTraffic",
+    "ProcessEnd",
     "RequestStats",
     "Sample",
     "Sampler",
@@ -81,6 +91,18 @@ PHASES = (PHASE_DELAY, PHASE_DRAINING)
 LATE_SHARE = 0.1
 #: Seconds between two samples.
 SAMPLE_INTERVAL = 0.05
+
+#: How a process ended abnormally (:attr:`ProcessEnd.cause`): killed by a signal (not its master's)...
+END_SIGNAL = "signal"
+#: ... killed by its master at the deadline it was given (Gunicorn's graceful_timeout) ...
+END_KILLED = "killed"
+#: ... exited with a status other than 0 ...
+END_STATUS = "status"
+#: ... or exited (status 0, or unknown) without sending its part of the shutdown record.
+END_NO_PART = "no_part"
+END_CAUSES = (END_SIGNAL, END_KILLED, END_STATUS, END_NO_PART)
+#: At most this many ended processes are kept (a crash loop must not grow a report without bound).
+MAX_ENDS = 1000
 
 
 class ArrivalSlot(Protocol):
@@ -161,6 +183,63 @@ class Sample:
     rejected: int
 
 
+@dataclasses.dataclass(frozen=True)
+class ProcessEnd:
+    """A process that ended abnormally, as the process that started it saw it (a Gunicorn master: its worker).
+
+    ``at``: when it was seen gone (monotonic s; in a report, s since its
+    origin). ``in_flight``: its requests in flight at its last report (None:
+    it never reported). ``part``: it sent its part of the shutdown record,
+    whose figures count its requests (none of them is lost here).
+    ``replaced``: it ended while its server still served (the shutdown
+    delay): Gunicorn forked another in its place.
+    """
+
+    pid: int
+    cause: str
+    at: float
+    role: str = "worker"
+    signal: str | None = None
+    status: int | None = None
+    in_flight: int | None = None
+    part: bool = False
+    replaced: bool = False
+
+    @property
+    def serves_requests(self) -> bool:
+        """False for a process that serves none (Gunicorn's dirty arbiter runs tasks for the workers)."""
+        return self.role == "worker"
+
+    @property
+    def lost(self) -> int | None:
+        """The requests lost with it: those in flight at its last report (None: unknown; 0: its part counts them)."""
+        if self.part or not self.serves_requests:
+            return 0
+        return self.in_flight
+
+    def describe(self) -> str:
+        """``worker 12 killed by SIGKILL while stopping: 4 requests in flight lost``."""
+        deadline = "graceful_timeout" if self.serves_requests else "dirty_graceful_timeout"
+        how = {
+            END_SIGNAL: f"killed by {self.signal}",
+            END_KILLED: f"killed by the master at {deadline} ({self.signal or 'SIGKILL'})",
+            END_STATUS: f"exited with status {self.status}",
+            END_NO_PART: "exited without its part of the record",
+        }.get(self.cause, self.cause)
+        if self.cause != END_NO_PART and not self.part and self.serves_requests:
+            how += " without its part of the record"
+        when = "during the delay (replaced)" if self.replaced else "while stopping"
+        text = f"{self.role} {self.pid} {how} {when}"
+        lost = self.lost
+        if not self.serves_requests:
+            return f"{text}: its unfinished tasks are lost"
+        if self.part:
+            return text
+        if lost is None:
+            return f"{text}: its requests in flight are unknown (it never reported them)"
+        return f"{text}: {lost} request{'' if lost == 1 else 's'} in flight lost"
+
+
 class RequestStats:
     """One process's request statistics (see the module docstring); times on ``clock``."""
 
@@ -184,6 +263,7 @@ class RequestStats:
         self._board: ArrivalSlot = [0.0]
         self._drain: DrainFigures | None = None
         self._checks: dict[tuple[str, str], list[int]] = {}  # [last ok, successes, errors]; guarded by _lock
+        self._ends: list[ProcessEnd] = []  # guarded by _lock
 
     # -- request threads -----------------------------------------------------
 
@@ -239,6 +319,19 @@ class RequestStats:
                 tally = self._checks.setdefault((endpoint, name), [1, 0, 0])
                 tally[0] = int(ok)
                 tally[1 if ok else 2] += 1
+
+    # -- the processes it started (a Gunicorn master: its main thread) -------------------
+
+    def process_ended(self, end: ProcessEnd) -> None:
+        """A process this one started ended abnormally (at most :data:`MAX_ENDS` are kept)."""
+        with self._lock:
+            if len(self._ends) < MAX_ENDS:
+                self._ends.append(end)
+
+    def process_ends(self) -> list[ProcessEnd]:
+        """The processes that ended abnormally, in the order they were seen."""
+        with self._lock:
+            return list(self._ends)
 
     # -- readers (any thread) --------------------------------------------------------
 

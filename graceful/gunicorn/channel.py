@@ -11,8 +11,8 @@ master just before the fork (Gunicorn's ``pre_fork``)::
         close your listeners, the reason of the next TERM      read them: WorkerChannel.poll()
       graceful-channel thread: one selector over   <------   hello (its pid), drained, listeners
         every worker's end; keeps the latest record           closed, health (non-blocking: a full
-        of each kind per worker, wakes the waiters,           buffer drops it), metrics, its part
-        reads each end to end-of-file                         of the shutdown record at exit
+        of each kind per worker, wakes the waiters,           buffer drops it), metrics, in flight
+        reads each end to end-of-file                         (shutdown), its part of the record at exit
                                                               (blocking, bounded)
 
 A record is ``[4-byte big-endian length N][1-byte kind][N bytes payload]``;
@@ -102,6 +102,8 @@ class Kind(enum.IntEnum):
     METRICS = 20
     #: Its part of the shutdown record (JSON), sent once as it exits.
     PART = 21
+    #: During a shutdown: its requests in flight (ASCII digits), as they change (lost if it dies).
+    IN_FLIGHT = 22
 
 
 #: The facts: what the master tells every worker, the one that forks later too.
@@ -121,6 +123,7 @@ MAX_PAYLOAD: dict[Kind, int] = {
     Kind.HEALTH: MAX_RECORD,
     Kind.METRICS: 1 << 20,
     Kind.PART: 32 << 20,
+    Kind.IN_FLIGHT: 12,
 }
 
 _HEADER = struct.Struct("!IB")

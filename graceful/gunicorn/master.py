@@ -54,6 +54,7 @@ from graceful.core.record import ProcessPart, part_of, record_of
 from graceful.core.sequences import MasterPhase, master_finish, master_on_loop_pass, master_on_term
 from graceful.gunicorn.adapter.arbiter import Arbiter, GunicornHandler
 from graceful.gunicorn.channel import Kind, MasterChannel
+from graceful.gunicorn.ends import WorkerEnds
 from graceful.gunicorn.health import MasterHealth
 from graceful.gunicorn.shared import ArrivalBoard
 from graceful.gunicorn.stop_reason import StopReason
@@ -71,6 +72,8 @@ logger = logging.getLogger(__name__)
 QUEUE_DRAIN_TIMEOUT = 5.0
 #: Upper bound (s) on waiting, at exit, for the last records of workers already reaped.
 PARTS_TIMEOUT = 1.0
+#: Upper bound (s) on reaping the workers SIGKILLed at graceful_timeout (their statuses go in the record).
+KILLED_REAP_TIMEOUT = 1.0
 
 
 class MasterShutdown:
@@ -100,6 +103,8 @@ class MasterShutdown:
         self.peer: Peer | None = None
         lifecycle.adapter = self
         lifecycle.subscribe(self.on_signal)
+        #: The workers that end abnormally from the first TERM on (the record names them).
+        self.ends = WorkerEnds(lifecycle, self.channel)
         #: The health port (GRACEFUL_HEALTH_BIND), bound already; None when it is off.
         #: See :meth:`request_stop`; read and cleared on the main thread (``master_on_loop_pass``).
         self.stop_requested = False
@@ -121,6 +126,9 @@ class MasterShutdown:
         arbiter = self.arbiter
         arbiter.on_term(lambda: master_on_term(self))
         arbiter.after_loop_wait(lambda: master_on_loop_pass(self))
+        arbiter.on_worker_exit(self.ends.exited)
+        arbiter.on_dirty_exit(self.ends.dirty_exited)
+        arbiter.after_loop_wait(self.ends.settle)
         if self.health is not None:
             self.health.start()
         arbiter.before_reload(lambda: self.channel.set_stop_reason(StopReason.RELOAD))
@@ -161,11 +169,13 @@ class MasterShutdown:
         )
         self.peer = peer
         self.channel.set_stop_reason(StopReason.UPGRADE)
+        self.ends.watch()
         return True
 
     def announce_shutdown(self) -> None:
         """See :meth:`MasterSide.announce_shutdown`."""
         logger.info("graceful: SIGTERM: shutting down gracefully (send it again to exit at once)")
+        self.ends.watch()
         self.arbiter.notify_systemd("STOPPING=1")
 
     def in_background(self, sequence: Callable[[], None]) -> None:
@@ -188,17 +198,29 @@ class MasterShutdown:
         arbiter = self.arbiter
         timeout = arbiter.graceful_timeout()
         logger.info(
-            "graceful: stopping %d worker(s): each drains and cleans up, SIGKILL after graceful_timeout (%gs)",
+            "graceful: stopping %d worker(s): each drains and cleans up, SIGKILL after waiting %.1fs"
+            " (graceful_timeout %gs, cut to what is left of the grace period)",
             len(arbiter.worker_pids()),
+            self._remaining_budget(timeout),
             timeout,
         )
+        self.ends.stopping()
+        started = self.lifecycle.clock.now()
         gone = self._stop_and_reap(arbiter.signal_workers, arbiter.reap, lambda: bool(arbiter.worker_pids()), timeout)
         if gone is None:  # the quick stop: Gunicorn's own stop() finishes it, the dirty pool included
             return False
         if not gone:
-            left = len(arbiter.worker_pids())
-            logger.warning("graceful: %d worker(s) still running after graceful_timeout: killing", left)
+            left = arbiter.worker_pids()
+            logger.warning(
+                "graceful: %d worker(s) still running after waiting %.1fs (graceful_timeout %gs): killing",
+                len(left),
+                self.lifecycle.clock.now() - started,
+                timeout,
+            )
+            self.ends.killing(left)
             arbiter.signal_workers(signal.SIGKILL)
+            # Reaped here, their statuses seen: the record says how they ended.
+            self._reap_until(lambda: not arbiter.worker_pids(), KILLED_REAP_TIMEOUT)
         return True
 
     def halt_server(self) -> None:
@@ -221,10 +243,16 @@ class MasterShutdown:
         if not arbiter.dirty_pid():
             return
         budget = arbiter.dirty_graceful_timeout() + 1
+        started = self.lifecycle.clock.now()
         if self._stop_and_reap(arbiter.signal_dirty, arbiter.reap_dirty, lambda: bool(arbiter.dirty_pid()), budget):
             return
         if not self._quick:
-            logger.warning("graceful: the dirty arbiter still running after dirty_graceful_timeout: killing it")
+            logger.warning(
+                "graceful: the dirty arbiter still running after waiting %.1fs (dirty_graceful_timeout %gs): killing",
+                self.lifecycle.clock.now() - started,
+                budget - 1,
+            )
+            self.ends.killing_dirty(arbiter.dirty_pid())
             arbiter.kill_dirty_tree()
 
     def _stop_and_reap(
@@ -252,6 +280,16 @@ class MasterShutdown:
             clock.wait(pause, 0.005)
         return not alive()
 
+    def _reap_until(self, done: Callable[[], bool], timeout: float) -> None:
+        """Reap the workers as they exit until ``done()``, at most ``timeout`` s (main thread)."""
+        clock = self.lifecycle.clock
+        deadline = clock.now() + timeout
+        pause = threading.Event()
+        self.arbiter.reap()
+        while not done() and clock.now() < deadline:
+            clock.wait(pause, 0.005)
+            self.arbiter.reap()
+
     def exit_now(self, code: int) -> NoReturn:
         """Second signal (trap thread or main thread): kill the workers and exit ``code`` without waiting.
 
@@ -271,7 +309,9 @@ class MasterShutdown:
         drain_timeout = self.lifecycle.config.drain_timeout
         timeout = self._remaining_budget(drain_timeout)
         if not self.channel.wait_all(Kind.DRAINED, self.arbiter.worker_pids, timeout):
-            logger.warning("graceful: not every worker drained within %gs", drain_timeout)
+            logger.warning(
+                "graceful: not every worker drained after waiting %.1fs (drain_timeout %gs)", timeout, drain_timeout
+            )
 
     def stop_listening(self) -> None:
         """ServerAdapter (graceful-shutdown thread): stop listening without resetting queued connections.
@@ -289,7 +329,7 @@ class MasterShutdown:
         if arbiter.workers_own_listeners() or arbiter.listeners_shared_with_others():
             self.channel.fire(Kind.CLOSE_LISTENERS)
             if not self.channel.wait_all(Kind.LISTENERS_CLOSED, arbiter.worker_pids, budget + 1):
-                logger.warning("graceful: not every worker stopped listening within %gs", budget + 1)
+                logger.warning("graceful: not every worker stopped listening after waiting %.1fs", budget + 1)
             return
         close_after_queue_drains(arbiter.listeners(), budget)
 
@@ -321,6 +361,9 @@ class MasterShutdown:
 
     def finish(self) -> None:
         """``on_exit`` (main thread): every worker has drained and cleaned up; the sequence's last steps."""
+        if self.peer is not None:
+            self.channel.parts(PARTS_TIMEOUT)  # every worker's channel read to its end (bounded)
+            self.ends.settle(final=True)  # logged: a process stop leaves no record
         master_finish(self, process_stop=self.peer is not None)
         if self.peer is not None:
             logger.info("graceful: master %d stopped; pid %d serves", os.getpid(), self.peer.pid)
@@ -330,8 +373,10 @@ class MasterShutdown:
         from graceful import __version__
 
         try:
+            parts = self._worker_parts()  # every worker's channel read to its end (bounded)
+            self.ends.settle(final=True)  # the workers that ended abnormally go in the master's own part
             own = part_of(self.lifecycle, os.getpid())
-            record = record_of(self.lifecycle, [own, *self._worker_parts()], __version__)
+            record = record_of(self.lifecycle, [own, *parts], __version__)
             leave_record(record, self.lifecycle.config)
         except Exception:  # logged: the record must never change how the server exits
             logger.exception("graceful: could not build the shutdown record")

@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import sys
 import threading
 import time
@@ -50,6 +51,7 @@ from graceful.gunicorn.adapter.refusal import WorkerRefused
 from graceful.gunicorn.adapter.worker import Worker
 from graceful.gunicorn.channel import REPORT_TIMEOUT, Kind, WorkerChannel
 from graceful.gunicorn.config import refusal
+from graceful.gunicorn.ends import in_flight_payload
 from graceful.gunicorn.http2 import Http2Drain
 from graceful.gunicorn.process_stop import ProcessStop
 from graceful.gunicorn.recycling import GthreadStop
@@ -138,6 +140,9 @@ class WorkerShutdown:
         #: The server's settings, as the master resolved them (inherited at fork), before the app loads.
         self.server_config = lifecycle.config
         worker.bound_gunicorn_drain(lifecycle.config.drain_timeout)
+        # During a shutdown the master hears this worker's in-flight count as it changes: lost if it dies.
+        self._reported_in_flight: int | None = None
+        lifecycle.on_sample = self._report_in_flight
 
     def start(self) -> None:
         """``post_worker_init``: check the budget, wrap the app, start hooks, the watch and the stop."""
@@ -180,6 +185,11 @@ class WorkerShutdown:
         """
         lifecycle = self.lifecycle
         lifecycle.stats.drain_began(lifecycle.clock.now(), lifecycle.in_flight.count)
+
+    def _report_in_flight(self, count: int) -> None:
+        """The ``graceful-sampler`` thread, each sample of the shutdown: tell the master a new count (never waits)."""
+        if count != self._reported_in_flight and self.channel.send(Kind.IN_FLIGHT, in_flight_payload(count)):
+            self._reported_in_flight = count
 
     def _start_http2(self) -> Http2Drain | None:
         """HTTP/2 (Gunicorn 27+ gthread and gevent): GOAWAY from ShutdownInitiated (:mod:`.http2`); None: none here."""
@@ -277,7 +287,9 @@ class WorkerShutdown:
                 figures = lifecycle.stats.drain
                 assert figures is not None and figures.ended_at is not None  # the drain has just ended
                 took = figures.ended_at - figures.started_at
-                logger.info("graceful: worker %d drained %d request(s) in %.3fs", self.pid, figures.in_flight, took)
+                logger.info(
+                    "graceful: worker %d drained %d request(s) after waiting %.3fs", self.pid, figures.in_flight, took
+                )
 
         lifecycle.stop_process(drain_timeout, on_drained=drained)
         assert self.stop.reason is not None  # not the server's stop
@@ -293,6 +305,9 @@ class WorkerShutdown:
                 logger.exception("graceful: worker %d: a callback at exit failed", self.pid)
         if not lifecycle.report.ok:
             logger.warning("graceful: worker %d cleanup: %s", self.pid, lifecycle.report.summary())
+        # Done: a later TERM (Gunicorn repeats it to the workers it stops, each pass of its loop) must
+        # not turn this exit into a death by SIGTERM as the interpreter resets its handlers; ignored ones stay.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         if lifecycle.hung_hooks or lifecycle.in_flight.count or self.kind == "gevent":
             # Interpreter exit would join hung hook threads and gthread's request threads
             # still serving abandoned requests; a gevent worker's takes most of a second more.
@@ -315,7 +330,8 @@ class WorkerShutdown:
             logger.exception("graceful: worker %d could not build its part of the shutdown record", self.pid)
             return
         # The server's stop as the stop saw it (the master's fact): the watch thread may not have learned it yet.
-        if self.stop.server_stop or lifecycle.shutdown_initiated.is_set():
+        server_stops = self.stop.server_stop or lifecycle.shutdown_initiated.is_set()
+        if server_stops or self.channel.fired(Kind.SHUTDOWN_INITIATED):
             if not self.channel.send_json(Kind.PART, part.to_json(), timeout=REPORT_TIMEOUT):
                 logger.warning("graceful: worker %d could not send its part of the shutdown record", self.pid)
         elif logger.isEnabledFor(logging.DEBUG):

@@ -15,6 +15,11 @@ merged by :func:`graceful.core.report.merge`)::
     graceful_healthcheck{name,type}                       gauge   1 pass, 0 fail, at the last probe (type: livez...)
     graceful_healthchecks_total{name,type,status}         counter success, error
     graceful_drain_abandoned_requests_total               counter left running when drain_timeout ran out
+    graceful_requests_lost_total                          counter in flight in a process that ended abnormally
+                                                                  (at its last report; unknown ones not counted)
+    graceful_processes_ended_abnormally_total{role,cause} counter a Gunicorn master's workers (and dirty arbiter)
+                                                                  that ended abnormally in a shutdown: signal,
+                                                                  killed, status, no_part
     graceful_info{version,server,worker_class}            gauge   1
 
 :class:`GracefulCollector` goes into a prometheus_client registry the user
@@ -152,8 +157,31 @@ def _families(data: ProcessReport, samples: bool = True) -> Iterator[Any]:
         "graceful_healthchecks_total", "Health check results, by status.", labels=["name", "type", "status"]
     )
     abandoned = counter("graceful_drain_abandoned_requests_total", "Requests still running when the drain timed out.")
+    lost = counter(
+        "graceful_requests_lost_total",
+        "Requests in flight (at its last report) in a process that ended abnormally during a shutdown.",
+    )
+    ended = counter(
+        "graceful_processes_ended_abnormally_total",
+        "Processes that ended abnormally during a shutdown (a Gunicorn master's workers), by cause.",
+        labels=["role", "cause"],
+    )
     about = info("graceful", "What serves the app.")
-    families = (in_flight, rejected, during, signals, delay, duration, runs, check, checks, abandoned, about)
+    families = (
+        in_flight,
+        rejected,
+        during,
+        signals,
+        delay,
+        duration,
+        runs,
+        check,
+        checks,
+        abandoned,
+        lost,
+        ended,
+        about,
+    )
     if not samples:
         yield from families
         return
@@ -175,6 +203,13 @@ def _families(data: ProcessReport, samples: bool = True) -> Iterator[Any]:
         checks.add_metric([result.name, result.endpoint, "success"], result.successes)
         checks.add_metric([result.name, result.endpoint, "error"], result.errors)
     abandoned.add_metric([], data.requests.abandoned)
+    lost.add_metric([], data.requests.lost)
+    causes: dict[tuple[str, str], int] = {}
+    for end in data.ended:
+        key = (label(end.role), end.cause)
+        causes[key] = causes.get(key, 0) + 1
+    for (role, cause), count in sorted(causes.items()):
+        ended.add_metric([role, cause], count)
     about.add_metric([], {"version": data.version, "server": data.server, "worker_class": data.worker_class})
     yield from families
 

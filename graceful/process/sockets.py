@@ -121,6 +121,7 @@ def close_after_queue_drains(sockets: Iterable[socket.socket], timeout: float) -
     (its owner closes the file descriptor as usual).
     """
     socks = list(sockets)
+    start = time.monotonic()
     waiting = wait_for_queues_to_drain(socks, timeout)
     for sock in socks:
         try:
@@ -128,7 +129,11 @@ def close_after_queue_drains(sockets: Iterable[socket.socket], timeout: float) -
         except OSError:  # not connected/listening any more: already closed
             continue
     if waiting:
-        logger.warning("graceful: %d queued connection(s) still unaccepted after %gs; they are reset", waiting, timeout)
+        logger.warning(
+            "graceful: %d queued connection(s) still unaccepted after waiting %.1fs; they are reset",
+            waiting,
+            time.monotonic() - start,
+        )
     return waiting
 
 

@@ -244,7 +244,7 @@ class GracefulServer(BaseWSGIServer):
             unadmitted = self._unadmitted
         if not settled:
             logger.warning(
-                "graceful: %d accepted request(s) not yet admitted after %gs; the drain may refuse them",
+                "graceful: %d accepted request(s) not yet admitted after waiting %gs; the drain may refuse them",
                 unadmitted,
                 _STOP_TIMEOUT,
             )
@@ -577,7 +577,8 @@ def _wait_for_cleanup(server: GracefulServer, lifecycle: Lifecycle) -> int:
         started = lifecycle.shutdown_initiated.fired_at
         if started is not None and lifecycle.clock.now() - started > lifecycle.config.grace_period:
             logger.error(
-                "graceful: shutdown did not finish within GRACEFUL_GRACE_PERIOD %gs; exiting",
+                "graceful: shutdown did not finish after waiting %.1fs (GRACEFUL_GRACE_PERIOD %gs); exiting",
+                lifecycle.clock.now() - started,
                 lifecycle.config.grace_period,
             )
             return 1

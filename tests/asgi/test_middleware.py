@@ -569,7 +569,7 @@ class TestLifespan:
         peer = Peer({"type": "lifespan.startup"}, {"type": "lifespan.shutdown"})
         with caplog.at_level(logging.INFO, logger="graceful.asgi.lifespan"):
             run(call(GracefulASGIMiddleware(app, lc), {"type": "lifespan"}, peer))
-        assert any("lifespan shutdown completed after" in r.getMessage() for r in caplog.records)
+        assert any("lifespan shutdown completed after running" in r.getMessage() for r in caplog.records)
 
 
 class TestNesting:

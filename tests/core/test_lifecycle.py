@@ -431,6 +431,19 @@ class TestObservation:
         assert line.getMessage() == "graceful: HasBeenReady"
         assert (line.graceful_signal, line.graceful_since_shutdown_s) == ("HasBeenReady", None)
 
+    def test_a_drain_that_times_out_says_how_long_it_waited(self, caplog: pytest.LogCaptureFixture) -> None:
+        """A worker's drain begins at its TERM; at its deadline nothing is left: the line says it waited 5 s, not 0."""
+        clock = FakeClock()
+        lc = Lifecycle(Config(drain_timeout=5), clock=clock)
+        lc.in_flight.add()
+        lc.stats.drain_began(clock.now(), 1)  # the TERM: the stop begins
+        clock.advance(5.0)  # Gunicorn's own drain took it all
+        with caplog.at_level(logging.WARNING, logger="graceful"):
+            assert not lc.drain(0.0)
+        assert caplog.messages == [
+            "graceful: drain timed out after waiting 5.0s (drain_timeout 5s); abandoning 1 in-flight request(s)"
+        ]
+
     def test_hook_and_drain_lines_carry_structured_fields(self, caplog: pytest.LogCaptureFixture) -> None:
         """A hook's outcome line and the drain timeout's warning say their event and when they happened."""
         caplog.set_level(logging.INFO, "graceful")
@@ -439,9 +452,11 @@ class TestObservation:
         lc.in_flight.add()
         run_shutdown(lc)
         events = {r.getMessage(): r for r in caplog.records if hasattr(r, "graceful_event")}
-        hook = events["graceful: pre-shutdown hook 'deregister' ok after 0.000s"]
+        hook = events["graceful: pre-shutdown hook 'deregister' ok after running 0.000s"]
         assert (hook.graceful_event, hook.graceful_since_shutdown_s) == ("hook", 1.0)
-        drain = events["graceful: drain timed out after 4s; abandoning 1 in-flight request(s)"]
+        drain = events[
+            "graceful: drain timed out after waiting 4.0s (drain_timeout 4s); abandoning 1 in-flight request(s)"
+        ]
         assert (drain.graceful_event, drain.graceful_since_shutdown_s) == ("drain_timeout", 5.0)
 
     def test_samples_span_the_shutdown(self) -> None:
@@ -472,7 +487,7 @@ class TestObservation:
         warnings = [r for r in caplog.records if getattr(r, "graceful_event", None) == "late_traffic"]
         assert [r.getMessage() for r in warnings] == [
             "graceful: 2 request(s) arrived in the last tenth of the 10s shutdown delay (from 9.000s after"
-            " ShutdownInitiated; the last at 9.500s): the delay looks too short for the load balancers to stop"
+            " ShutdownInitiated; the last 9.500s after it): the delay looks too short for the load balancers to stop"
             " sending here; raise GRACEFUL_SHUTDOWN_DELAY"
         ]
         assert warnings[0].levelno == logging.WARNING

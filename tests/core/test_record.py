@@ -28,6 +28,7 @@ from graceful.core.record import (
     record_of,
 )
 from graceful.core.role import Role
+from graceful.core.stats import END_KILLED, END_NO_PART, END_SIGNAL, END_STATUS, ProcessEnd
 from graceful.testing import FakeClock, run_shutdown
 
 VERSION = "9.9.9"
@@ -361,3 +362,90 @@ class TestDelayEnd:
         assert (record.config["shutdown_delay_min"], record.config["quiet_period"]) == (0.0, 0.2)
         assert record.delay is not None and record.delay.end is DelayEnd.QUIET
         assert "shutdown_delay_min" not in server_record(served_lifecycle()).config
+
+
+def master_with_ends(*ends: ProcessEnd) -> Lifecycle:
+    """A Gunicorn master's lifecycle after a whole shutdown, whose workers ended as ``ends`` say."""
+    lc = Lifecycle(Config(shutdown_delay=1), clock=FakeClock())
+    lc.role = Role.MASTER
+    run_shutdown(lc)
+    t0 = lc.shutdown_initiated.fired_at
+    assert t0 is not None
+    for end in ends:
+        lc.stats.process_ended(dataclasses.replace(end, at=t0 + end.at))
+    return lc
+
+
+class TestProcessesThatEndedAbnormally:
+    def test_a_worker_killed_with_requests_in_flight_makes_them_lost(self) -> None:
+        """A worker SIGKILLed while stopping, 4 requests in flight at its last report: 4 lost, not ok, named."""
+        lc = master_with_ends(ProcessEnd(41, END_SIGNAL, 1.5, signal="SIGKILL", in_flight=4))
+        record = record_of(lc, [part_of(lc, 40), part(42, ROLE_WORKER, lc.shutdown_initiated.fired_at or 0.0)], VERSION)
+        assert not record.ok
+        assert record.requests.lost == 4 and record.requests.lost_unknown == 0
+        summary = record.summary()
+        assert summary.startswith("graceful: shutdown with problems in ")
+        assert "drained 2 requests in 1.0 s, 0 abandoned, 4 lost;" in summary
+        assert (
+            "cleanup task ok); ended abnormally: worker 41 killed by SIGKILL without its part of the record while"
+            " stopping: 4 requests in flight lost; 10 requests arrived during the delay" in summary
+        )
+
+    def test_each_cause_is_said_in_its_words(self) -> None:
+        """Killed at graceful_timeout, a crash, gone without its part, replaced during the delay: each in its words."""
+        lc = master_with_ends(
+            ProcessEnd(41, END_KILLED, 3.0, signal="SIGKILL", in_flight=1),
+            ProcessEnd(42, END_STATUS, 0.4, status=3, replaced=True),
+            ProcessEnd(43, END_NO_PART, 2.0, status=0, in_flight=0),
+            ProcessEnd(44, END_SIGNAL, 2.5, signal="SIGSEGV", part=True, in_flight=2),
+        )
+        record = record_of(lc, [part_of(lc, 40)], VERSION)
+        assert [e.describe() for e in record.ended] == [
+            "worker 41 killed by the master at graceful_timeout (SIGKILL) without its part of the record while"
+            " stopping: 1 request in flight lost",
+            "worker 42 exited with status 3 without its part of the record during the delay (replaced):"
+            " its requests in flight are unknown (it never reported them)",
+            "worker 43 exited without its part of the record while stopping: 0 requests in flight lost",
+            "worker 44 killed by SIGSEGV while stopping",  # its part counts its requests
+        ]
+        assert (record.requests.lost, record.requests.lost_unknown) == (1, 1)
+        assert "0 abandoned, 1 lost and an unknown number in 1 process;" in record.summary()
+        assert not record.ok
+
+    def test_the_record_names_them_in_json_and_reads_them_back(self) -> None:
+        """The record's ``ended`` list (with each one's text) survives to_json and from_json."""
+        lc = master_with_ends(ProcessEnd(41, END_KILLED, 3.0, signal="SIGKILL", in_flight=1))
+        record = record_of(lc, [part_of(lc, 40)], VERSION)
+        data = json.loads(json.dumps(record.to_json()))
+        assert data["ok"] is False
+        assert data["requests"]["lost"] == 1
+        [ended] = data["ended"]
+        assert ended == {
+            "pid": 41,
+            "role": "worker",
+            "cause": "killed",
+            "at_s": 3.0,
+            "signal": "SIGKILL",
+            "status": None,
+            "in_flight": 1,
+            "part": False,
+            "replaced": False,
+            "lost": 1,
+            "text": record.ended[0].describe(),
+        }
+        assert ShutdownRecord.from_json(data).to_json() == record.to_json()
+
+    def test_a_record_without_them_reads_as_none_ended(self) -> None:
+        """A record written before graceful 0.3 has no ``ended`` nor ``lost``: read as none."""
+        data = json.loads(json.dumps(server_record(served_lifecycle()).to_json()))
+        del data["ended"], data["requests"]["lost"], data["requests"]["lost_unknown"]
+        again = ShutdownRecord.from_json(data)
+        assert again.ended == () and again.requests.lost == 0 and again.ok
+
+    def test_an_unknown_cause_is_refused(self) -> None:
+        """A cause that is none of graceful's is refused, naming the field."""
+        lc = master_with_ends(ProcessEnd(41, END_KILLED, 3.0, signal="SIGKILL"))
+        data = json.loads(json.dumps(record_of(lc, [part_of(lc, 40)], VERSION).to_json()))
+        data["ended"][0]["cause"] = "gremlins"
+        with pytest.raises(RecordError, match=r"ended\[0\]\.cause: expected one of signal, killed, status, no_part"):
+            ShutdownRecord.from_json(data)

@@ -27,7 +27,7 @@ from graceful.core.report import (
     role_of,
 )
 from graceful.core.role import Role
-from graceful.core.stats import CheckTally
+from graceful.core.stats import END_NO_PART, END_SIGNAL, END_STATUS, CheckTally, ProcessEnd
 from graceful.testing import FakeClock, run_shutdown
 
 
@@ -222,6 +222,38 @@ class TestMerge:
         passing = dataclasses.replace(self.WORKER, checks=(CheckTally("readyz", "db", True, 5, 0),))
         (check,) = merge([passing, self.WORKER]).checks
         assert check == CheckTally("readyz", "db", False, 8, 1)
+
+    def test_ended_processes_are_each_kept_on_the_first_scale_and_their_losses_add(self) -> None:
+        """Two masters' ended workers: every one kept, moved onto the first report's origin; lost and unknown summed."""
+        first = report(
+            100,
+            ROLE_MASTER,
+            50.0,
+            ended=(ProcessEnd(11, END_SIGNAL, 1.0, signal="SIGKILL", in_flight=3),),
+            requests=RequestFigures(lost=3),
+        )
+        second = report(
+            200,
+            ROLE_MASTER,
+            51.0,
+            ended=(ProcessEnd(21, END_STATUS, 1.0, status=1),),
+            requests=RequestFigures(lost_unknown=1),
+        )
+        total = merge([first, second])
+        assert [(e.pid, e.at) for e in total.ended] == [(11, 1.0), (21, 2.0)]
+        assert (total.requests.lost, total.requests.lost_unknown) == (3, 1)
+
+    def test_report_of_counts_the_lost_requests_of_the_ended_processes(self) -> None:
+        """A master's report names the workers that ended abnormally, with the requests lost with them."""
+        lc = Lifecycle(Config(), clock=FakeClock())
+        lc.role = Role.MASTER
+        lc.stats.process_ended(ProcessEnd(11, END_SIGNAL, 4.0, signal="SIGKILL", in_flight=3))
+        lc.stats.process_ended(ProcessEnd(12, END_NO_PART, 5.0, status=0))
+        lc.stats.process_ended(ProcessEnd(13, END_SIGNAL, 5.0, signal="SIGKILL", in_flight=7, part=True))
+        taken = report_of(lc, 1, origin=3.0)
+        assert [(e.pid, e.at, e.lost) for e in taken.ended] == [(11, 1.0, 3), (12, 2.0, None), (13, 2.0, 0)]
+        assert (taken.requests.lost, taken.requests.lost_unknown) == (3, 1)
+        assert ProcessReport.read(json.loads(json.dumps(taken.to_json()))) == taken
 
     def test_nothing_to_merge(self) -> None:
         """No report merges to the empty one."""

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-from graceful.gunicorn.adapter.arbiter import GunicornHandler, OsSignalHandler
+from graceful.gunicorn.adapter.arbiter import ExitStatus, GunicornHandler, OsSignalHandler
 from graceful.gunicorn.adapter.gevent import GeventServers
 from graceful.gunicorn.adapter.gthread import GthreadLoop
 from graceful.gunicorn.adapter.worker import TermHandler
@@ -65,6 +65,12 @@ class FakeArbiter:
         self.woken = threading.Event()
         #: Called by reap (as a child exit or a signal arriving while the master reaps would).
         self.on_reap: Callable[[], object] | None = None
+        #: Workers that exited and are not reaped yet, with how they ended (reap tells graceful, then forgets).
+        self.exited: dict[int, ExitStatus] = {}
+        self._on_worker_exit: list[Callable[[int, ExitStatus], object]] = []
+        self._on_dirty_exit: list[Callable[[int, ExitStatus], object]] = []
+        #: How the dirty arbiter ends when it exits (a TERM it obeys: status 0).
+        self.dirty_status = ExitStatus(status=0)
         self._term: Callable[[], object] | None = None
         self._before: dict[str, list[Callable[[], object]]] = {}
         self._os_handler: OsSignalHandler | None = None
@@ -117,11 +123,28 @@ class FakeArbiter:
         self.calls.append("reap")
         if self.on_reap is not None:
             self.on_reap()
+        exited, self.exited = self.exited, {}
+        for pid, status in exited.items():
+            for callback in self._on_worker_exit:
+                callback(pid, status)
 
     def signal_workers(self, signum: int) -> None:
         self.calls.append(f"kill {signal.Signals(signum).name}")
         if signum in self.exit_on:
+            status = ExitStatus(signal=signum) if signum == signal.SIGKILL else ExitStatus(status=0)
+            self.exited.update(dict.fromkeys(self.workers, status))
             self.workers.clear()
+
+    def on_worker_exit(self, callback: Callable[[int, ExitStatus], object]) -> None:
+        self._on_worker_exit.append(callback)
+
+    def on_dirty_exit(self, callback: Callable[[int, ExitStatus], object]) -> None:
+        self._on_dirty_exit.append(callback)
+
+    def worker_ends(self, pid: int, status: ExitStatus) -> None:
+        """Worker ``pid`` exits with ``status`` (not reaped until the next :meth:`reap`)."""
+        self.workers.discard(pid)
+        self.exited[pid] = status
 
     def wake(self) -> None:
         self.calls.append("wake")
@@ -149,7 +172,9 @@ class FakeArbiter:
 
     def reap_dirty(self) -> None:
         self.calls.append("reap dirty")
-        if self.dirty_exited:
+        if self.dirty_exited and self.dirty:
+            for callback in self._on_dirty_exit:
+                callback(self.dirty, self.dirty_status)
             self.dirty = 0
 
     def kill_dirty_tree(self) -> None:

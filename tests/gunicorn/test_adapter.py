@@ -25,7 +25,7 @@ from gunicorn.app.base import BaseApplication
 from gunicorn.arbiter import Arbiter
 from gunicorn.workers.sync import SyncWorker
 
-from graceful.gunicorn.adapter.arbiter import ArbiterAdapter
+from graceful.gunicorn.adapter.arbiter import ArbiterAdapter, ExitStatus
 from graceful.gunicorn.adapter.release import GunicornMissing
 from graceful.gunicorn.adapter.worker import WorkerAdapter
 from tests.gunicorn.fakes import signal_this_process
@@ -143,6 +143,49 @@ class TestArbiterActions:
         arbiter.murder_workers()
         arbiter.murder_workers()
         assert order == ["pass", "murder", "pass", "murder"]
+
+    def test_each_workers_exit_status_is_seen_before_gunicorn_reaps_it(self, environment: None) -> None:
+        """on_worker_exit: Gunicorn's own reap_workers reaps as always; graceful saw each status just before."""
+        arbiter = arbiter_of()
+        seen: dict[int, ExitStatus] = {}
+        ArbiterAdapter.probe(arbiter).on_worker_exit(lambda pid, status: seen.__setitem__(pid, status))
+        children = {}
+        for how in ("exit 0", "exit 5", "SIGKILL"):
+            pid = os.fork()
+            if pid == 0:  # the child: end as told, at once
+                if how == "SIGKILL":
+                    os.kill(os.getpid(), signal.SIGKILL)
+                os._exit(int(how.split()[1]))
+            children[how] = pid
+            arbiter.WORKERS[pid] = SimpleNamespace(tmp=SimpleNamespace(close=lambda: None), pid=pid)
+        for pid in children.values():  # each one has ended (not reaped: WNOWAIT)
+            os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+        arbiter.reap_workers()
+        assert arbiter.WORKERS == {}  # Gunicorn reaped them all
+        assert seen == {
+            children["exit 0"]: ExitStatus(status=0),
+            children["exit 5"]: ExitStatus(status=5),
+            children["SIGKILL"]: ExitStatus(signal=signal.SIGKILL),
+        }
+        assert seen[children["SIGKILL"]].signal_name == "SIGKILL" and seen[children["exit 0"]].normal
+
+    def test_the_dirty_arbiters_exit_status_is_seen_as_gunicorn_handles_it(self, environment: None) -> None:
+        """on_dirty_exit: Gunicorn 27 hands the dirty arbiter's wait status to its handler, seen first; 22-26: none."""
+        arbiter = arbiter_of()
+        seen: list[tuple[int, ExitStatus]] = []
+        handled = hasattr(arbiter, "handle_dirty_arbiter_exit")
+        ArbiterAdapter.probe(arbiter).on_dirty_exit(lambda pid, status: seen.append((pid, status)))
+        if not handled:  # Gunicorn 22-26: no dirty pool, nothing wrapped
+            assert not hasattr(arbiter, "handle_dirty_arbiter_exit")
+            return
+        pid = os.fork()
+        if pid == 0:
+            os.kill(os.getpid(), signal.SIGKILL)
+        _, status = os.waitpid(pid, 0)
+        arbiter.dirty_arbiter_pid = pid
+        arbiter.handle_dirty_arbiter_exit(pid, status)
+        assert seen == [(pid, ExitStatus(signal=signal.SIGKILL))]
+        assert arbiter.dirty_arbiter_pid == 0  # Gunicorn's own handling followed
 
     def test_halt_is_gunicorns_halt(self, environment: None) -> None:
         """halt_gunicorn: Gunicorn's own halt() (its stop, on_exit, exit 0), called once."""

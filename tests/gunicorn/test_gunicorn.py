@@ -286,7 +286,7 @@ class TestTimeline:
         sent = server.term()
         assert server.exit_code(30) == 0
         assert time.monotonic() - sent < 20
-        assert server.matching(r"pre-shutdown hook 'hung' timed out after 1.000s")
+        assert server.matching(r"pre-shutdown hook 'hung' timed out after running 1.000s")
         assert server.matching(r"pre-shutdown hook 'raising' failed .*RuntimeError: registry unreachable")
 
 

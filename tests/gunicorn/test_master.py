@@ -25,6 +25,7 @@ from graceful.core.delay import QUIET_MIN, DelayEnd
 from graceful.core.lifecycle import Lifecycle
 from graceful.core.record import part_of
 from graceful.core.role import Role
+from graceful.gunicorn.adapter.arbiter import ExitStatus
 from graceful.gunicorn.channel import Kind
 from graceful.gunicorn.master import MasterShutdown
 from graceful.gunicorn.stop_reason import StopReason
@@ -143,7 +144,8 @@ class TestFirstTerm:
             shut_down(arbiter)
         lines = [r.getMessage() for r in caplog.records if "worker(s): each drains" in r.getMessage()]
         assert lines == [
-            "graceful: stopping 2 worker(s): each drains and cleans up, SIGKILL after graceful_timeout (30s)"
+            "graceful: stopping 2 worker(s): each drains and cleans up, SIGKILL after waiting 24.0s"
+            " (graceful_timeout 30s, cut to what is left of the grace period)"  # 30 s less the 5 s delay and the margin
         ]
 
     def test_the_adaptive_delay_reads_the_workers_arrivals(self, made: list[MasterShutdown]) -> None:
@@ -267,8 +269,8 @@ class TestWorkersThatLinger:
         master_of(made, arbiter)
         with caplog.at_level(logging.WARNING, logger="graceful"):
             shut_down(arbiter)
-        assert arbiter.calls[-2:] == ["kill SIGKILL", "halt"]
-        assert "2 worker(s) still running after graceful_timeout: killing" in caplog.text
+        assert arbiter.calls[-3:] == ["kill SIGKILL", "reap", "halt"]  # reaped: how they ended goes in the record
+        assert "2 worker(s) still running after waiting 0.0s (graceful_timeout 0.02s): killing" in caplog.text
 
     def test_a_worker_that_exits_on_its_own_is_not_waited_for(self, made: list[MasterShutdown]) -> None:
         """The master reaps as workers exit: once none is left, Gunicorn's stop proceeds (no SIGKILL)."""
@@ -294,11 +296,37 @@ class TestDirtyPool:
     ) -> None:
         """A dirty arbiter still running after dirty_graceful_timeout is SIGKILLed with its workers, logged."""
         arbiter = FakeArbiter(dirty=77, dirty_graceful_timeout=0.02, dirty_exit_on=())
-        master_of(made, arbiter, settle=0.002)  # 200 polls of 5 ms before the bound
+        master, lifecycle, _, _ = master_of(made, arbiter, settle=0.002)  # 200 polls of 5 ms before the bound
         with caplog.at_level(logging.WARNING, logger="graceful"):
             shut_down(arbiter)
+            master.finish()  # on_exit: the record names it
         assert arbiter.calls[-2:] == ["kill dirty tree", "halt"]
-        assert "dirty arbiter still running after dirty_graceful_timeout" in caplog.text
+        # It had its dirty_graceful_timeout and the 1 s the master adds for its own exit.
+        assert "dirty arbiter still running after waiting 1.0s (dirty_graceful_timeout 0.02s): killing" in caplog.text
+        [end] = lifecycle.stats.process_ends()
+        assert end.describe() == (
+            "dirty arbiter 77 killed by the master at dirty_graceful_timeout (SIGKILL) while stopping:"
+            " its unfinished tasks are lost"
+        )
+
+    def test_a_dirty_arbiter_that_crashes_while_stopping_is_named(self, made: list[MasterShutdown]) -> None:
+        """The dirty arbiter dies of SIGSEGV as it stops: named in the master's figures; a TERM it obeys is not."""
+        arbiter = FakeArbiter(dirty=77)
+        arbiter.dirty_status = ExitStatus(signal=signal.SIGSEGV)
+        master, lifecycle, _, _ = master_of(made, arbiter)
+        shut_down(arbiter)
+        master.finish()
+        assert [e.describe() for e in lifecycle.stats.process_ends()] == [
+            "dirty arbiter 77 killed by SIGSEGV while stopping: its unfinished tasks are lost"
+        ]
+
+    def test_a_dirty_arbiter_that_obeys_its_term_is_not_named(self, made: list[MasterShutdown]) -> None:
+        """Status 0 after its TERM: a normal end."""
+        arbiter = FakeArbiter(dirty=77)
+        master, lifecycle, _, _ = master_of(made, arbiter)
+        shut_down(arbiter)
+        master.finish()
+        assert lifecycle.stats.process_ends() == []
 
     def test_a_second_term_leaves_no_dirty_process(self, made: list[MasterShutdown]) -> None:
         """The second TERM kills the dirty arbiter and its workers too, before exiting 1."""
@@ -413,6 +441,39 @@ class TestFinish:
         record = json.loads(report.read_text())
         assert [(p["pid"], p["role"]) for p in record["parts"]] == [(os.getpid(), "master"), (11, "worker")]
         assert lifecycle.cleanup_finished.is_set()
+
+    def test_a_worker_killed_while_stopping_is_in_the_record_with_its_requests_lost(
+        self, made: list[MasterShutdown], tmp_path: Path
+    ) -> None:
+        """One worker SIGKILLed during its drain (4 in flight), the other drains: the record is not ok and says why."""
+        report = tmp_path / "record.json"
+        arbiter = FakeArbiter(exit_on=())
+        master, _, _, _ = master_of(made, arbiter, Config(shutdown_delay=1, report_file=str(report)))
+        killed, drained = master.channel.connect(11), master.channel.connect(12)
+        first_term(arbiter)
+        assert killed.send(Kind.IN_FLIGHT, b"4", timeout=SOON)
+        worker = Lifecycle(Config(shutdown_delay=1), clock=FakeClock(), role=Role.WORKER)
+        worker.shutdown_initiated.fire()
+        worker.drain_and_clean_up()
+        assert drained.send_json(Kind.PART, part_of(worker, 12).to_json(), timeout=SOON)
+
+        def stopping() -> None:  # once TERMed: 11 is killed (the OOM killer), 12 exits after its drain
+            if arbiter.workers:
+                killed.close()
+                drained.close()
+                arbiter.worker_ends(11, ExitStatus(signal=signal.SIGKILL))
+                arbiter.worker_ends(12, ExitStatus(status=0))
+
+        arbiter.on_reap = stopping
+        handed_over(arbiter)
+        master.finish()
+        record = json.loads(report.read_text())
+        assert record["ok"] is False
+        assert (record["requests"]["lost"], record["requests"]["lost_unknown"]) == (4, 0)
+        assert [e["text"] for e in record["ended"]] == [
+            "worker 11 killed by SIGKILL without its part of the record while stopping: 4 requests in flight lost"
+        ]
+        assert [p["pid"] for p in record["parts"]] == [os.getpid(), 12]
 
     def test_gunicorns_exit_after_the_record_skips_the_final_collections(
         self, made: list[MasterShutdown], tmp_path: Path

@@ -210,6 +210,30 @@ class TestStart:
         assert "ShutdownInitiated" not in caplog.text and "NotAcceptingNewRequests" not in caplog.text
 
 
+class TestInFlightReports:
+    def test_each_changed_count_of_the_shutdown_goes_to_the_master(self, master: Master) -> None:
+        """At each sample of its shutdown the worker tells the master its in-flight count, when it changed."""
+        shutdown = worker_of(FakeWorker(), master)
+        lifecycle = shutdown.lifecycle
+        assert lifecycle.on_sample is not None
+        sent: list[bytes] = []
+        send = shutdown.channel.send
+
+        def recorded(kind: Kind, payload: bytes = b"", *, timeout: float | None = None) -> bool:
+            sent.append(payload)
+            return send(kind, payload, timeout=timeout)
+
+        shutdown.channel.send = recorded  # type: ignore[method-assign]
+        for count in (2, 2, 1, 1, 0):  # the sampler's reads
+            lifecycle.on_sample(count)
+        assert sent == [b"2", b"1", b"0"]
+        ends: list[bytes] = []
+        master.channel.on_close(lambda _pid, latest: ends.append(latest[Kind.IN_FLIGHT].payload))
+        master.worker_end.close()
+        master.channel.parts(SOON)
+        assert ends == [b"0"]  # the master keeps the latest
+
+
 class TestPreRequest:
     def test_connection_close_from_shutdown_initiated(self, master: Master) -> None:
         """Responses keep their connection until ShutdownInitiated, then ask the client to close it."""

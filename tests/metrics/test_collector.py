@@ -15,6 +15,7 @@ from graceful import __version__
 from graceful.core.clock import unix_time
 from graceful.core.config import Config
 from graceful.core.lifecycle import Lifecycle
+from graceful.core.stats import END_SIGNAL, ProcessEnd
 from graceful.metrics import CONTENT_TYPE, GracefulCollector, MetricsUnavailable, merge, render_metrics
 from graceful.metrics.snapshot import snapshot
 from graceful.testing import FakeClock
@@ -60,7 +61,7 @@ class KnownTraffic:
     Before the shutdown: a failing readiness check probed once, a max_in_flight rejection.
     During the delay: three requests (one of them still running at the end). A pre-shutdown
     hook that times out. After NotAcceptingNewRequests: three 429s. The drain abandons the
-    running request.
+    running request. A worker it started was SIGKILLed with 3 requests in flight.
     """
 
     def __init__(self) -> None:
@@ -84,6 +85,7 @@ class KnownTraffic:
         assert [request(mw)[0] for _ in range(3)] == [429, 429, 429]  # retry-after
         lc.drain_and_clean_up()
         self.hang.set()
+        lc.stats.process_ended(ProcessEnd(41, END_SIGNAL, 0.0, signal="SIGKILL", in_flight=3))
 
 
 @pytest.fixture(scope="module")
@@ -124,6 +126,8 @@ class TestFamilies:
         assert (checks("db", "error"), checks("db", "success")) == (1, 0)
         assert (checks("ping", "success"), checks("ping", "error")) == (1, 0)
         assert samples[("graceful_drain_abandoned_requests_total", ())] == 1
+        assert samples[("graceful_requests_lost_total", ())] == 3
+        assert samples[("graceful_processes_ended_abnormally_total", (("cause", "signal"), ("role", "worker")))] == 1
         assert samples[("graceful_shutdown_delay_seconds", (("end", "fixed"),))] == 1.0
         info = (("server", "gunicorn"), ("version", __version__), ("worker_class", "gthread"))
         assert samples[("graceful_info", info)] == 1
@@ -142,6 +146,8 @@ class TestFamilies:
             "graceful_healthcheck": "gauge",
             "graceful_healthchecks": "counter",
             "graceful_drain_abandoned_requests": "counter",
+            "graceful_requests_lost": "counter",
+            "graceful_processes_ended_abnormally": "counter",
             "graceful_info": "gauge",  # the text format has no info type: a gauge of 1
         }
 

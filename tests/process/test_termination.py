@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
+import subprocess
+import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -16,6 +20,7 @@ from graceful.process.termination import (
     leave_record,
     report_file_problem,
     write_json_atomically,
+    write_record,
     write_termination_message,
 )
 from graceful.testing import FakeClock, run_shutdown
@@ -122,6 +127,93 @@ class TestRecordFile:
         assert directory is not None and "is a directory" in directory
 
 
+class TestWhereTheRecordGoes:
+    """GRACEFUL_REPORT_FILE: a regular file is replaced atomically; anything else is written in place."""
+
+    def test_a_regular_file_is_replaced(self, tmp_path: Path) -> None:
+        """An existing regular file (or a new path) gets a new inode: the rename, never a half-written file."""
+        path = tmp_path / "record.json"
+        path.write_text("old")
+        before = path.stat().st_ino
+        assert write_record(str(path), {"a": 1}) == "replaced"
+        assert json.loads(path.read_text()) == {"a": 1} and path.stat().st_ino != before
+        assert write_record(str(tmp_path / "new.json"), {"b": 2}) == "replaced"
+
+    def test_a_symlink_is_followed_and_never_replaced(self, tmp_path: Path) -> None:
+        """The link stays a link to the same file; the file it names holds the record (and nothing of before)."""
+        target, link = tmp_path / "target.json", tmp_path / "record.json"
+        target.write_text("x" * 1000)
+        link.symlink_to(target)
+        assert write_record(str(link), {"a": 1}) == "in place"
+        assert link.is_symlink() and os.readlink(link) == str(target)
+        assert json.loads(target.read_text()) == {"a": 1}
+
+    def test_a_dangling_symlink_creates_its_target(self, tmp_path: Path) -> None:
+        """A link to a file that does not exist yet: the file is made where the link points."""
+        target, link = tmp_path / "target.json", tmp_path / "record.json"
+        link.symlink_to(target)
+        assert write_record(str(link), {"a": 1}) == "in place"
+        assert link.is_symlink() and json.loads(target.read_text()) == {"a": 1}
+
+    def test_a_fifo_is_written_to_its_reader(self, tmp_path: Path) -> None:
+        """A FIFO stays a FIFO; its reader gets the whole record (bigger than a pipe's buffer)."""
+        fifo = tmp_path / "record.fifo"
+        os.mkfifo(fifo)
+        received: list[bytes] = []
+        reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()))
+        reader.start()
+        data = {"samples": list(range(30000))}  # ~200 KB: the writer waits for the reader
+        try:
+            assert write_record(str(fifo), data) == "in place"
+        finally:
+            reader.join(10)
+        assert json.loads(received[0]) == data
+        assert fifo.is_fifo()
+
+    def test_a_fifo_nobody_reads_is_an_error_not_a_hang(self, tmp_path: Path) -> None:
+        """No reader: the open fails at once (ENXIO) instead of waiting for one."""
+        fifo = tmp_path / "record.fifo"
+        os.mkfifo(fifo)
+        with pytest.raises(OSError) as failed:
+            write_record(str(fifo), {"a": 1})
+        assert failed.value.errno == errno.ENXIO and fifo.is_fifo()
+
+    def test_dev_stdout_redirected_to_a_log_file_is_appended_to(self, tmp_path: Path) -> None:
+        """/dev/stdout (a link to the process's fd 1) naming a log file: the record follows the log, cutting nothing."""
+        log = tmp_path / "server.log"
+        log.write_text("an earlier log line\n")
+        code = "from graceful.process.termination import write_record; print(write_record('/dev/stdout', {'a': 1}))"
+        with log.open("a") as stdout:
+            subprocess.run([sys.executable, "-c", code], stdout=stdout, check=True, timeout=60)
+        first, *rest = log.read_text().splitlines(keepends=True)
+        assert first == "an earlier log line\n"
+        assert rest[-1] == "in place\n" and json.loads("".join(rest[:-1])) == {"a": 1}
+
+    def test_failures_are_one_line_and_the_shutdown_goes_on(
+        self, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """A directory, a path under a file, a FIFO nobody reads: one WARNING each, naming the path and the error."""
+        caplog.set_level(logging.INFO, "graceful")
+        fifo = tmp_path / "record.fifo"
+        os.mkfifo(fifo)
+        (tmp_path / "file").write_text("")
+        record = a_record()
+        for path, error in (
+            (tmp_path, "[Errno 21] Is a directory"),
+            (tmp_path / "file" / "record.json", "[Errno 20] Not a directory"),
+            (fifo, "[Errno 6] No such device or address"),
+        ):
+            caplog.clear()
+            leave_record(record, Config(report_file=str(path), termination_log=""))
+            [line] = [r for r in events(caplog, "record") if r.levelno == logging.WARNING]
+            assert (
+                line.getMessage()
+                == f"graceful: could not write the shutdown record to GRACEFUL_REPORT_FILE={path}: {error}"
+            )
+            assert line.exc_info is None
+            assert not [r for r in caplog.records if "written" in r.getMessage()]
+
+
 class TestLeaveRecord:
     def test_logs_writes_the_record_and_the_message(self, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
         """The summary is logged, the record written to GRACEFUL_REPORT_FILE, the message to the termination log."""
@@ -133,7 +225,7 @@ class TestLeaveRecord:
         assert ShutdownRecord.from_json(json.loads(report.read_text())).to_json() == record.to_json()
         assert message.read_text() == record.summary()
         lines = [r.getMessage() for r in events(caplog, "record")]
-        assert lines == [record.summary(), f"graceful: shutdown record written to {report}"]
+        assert lines == [record.summary(), f"graceful: shutdown record written to {report} (replaced)"]
 
     def test_failures_are_logged_never_raised(self, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
         """An unwritable record file and a read-only termination log: two warnings, no exception."""

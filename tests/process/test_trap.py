@@ -101,4 +101,4 @@ class TestRealSignals:
         assert proc.wait(20) == 0
         # delay 0.2 + drain 0 + task timeout 1; an hour if the thread were joined.
         assert time.monotonic() - sent < 10
-        assert any("cleanup task 'hang' timed out after 1.000s" in line for line in lines)
+        assert any("cleanup task 'hang' timed out after running 1.000s" in line for line in lines)

@@ -543,7 +543,7 @@ class TestGracefulServe:
         served.signal()
         served.wait_for("SIGNAL NotAcceptingNewRequests")
         assert served.finish() == 0
-        (line,) = served.wait_for("the shutdown delay ended after")
+        (line,) = served.wait_for("the shutdown delay ended ")
         assert "quiet for 1.0 s: nothing arrived after ShutdownInitiated" in line
 
     def test_requests_during_a_slow_pre_shutdown_hook_succeed(self, serve_app: Callable[..., Served]) -> None:

@@ -33,11 +33,11 @@ import signal
 import socket
 from collections.abc import Callable
 from types import FrameType
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from graceful.gunicorn.adapter.release import GunicornMissing, missing_attributes
 
-__all__ = ["Arbiter", "ArbiterAdapter", "GunicornHandler", "OsSignalHandler"]
+__all__ = ["Arbiter", "ArbiterAdapter", "ExitStatus", "GunicornHandler", "OsSignalHandler"]
 
 #: Gunicorn's own OS-level handler of a signal: ``handler(signum, frame)``.
 GunicornHandler = Callable[[int, "FrameType | None"], object]
@@ -64,6 +64,28 @@ _NEEDED = (
     "worker_class",
 )
 _NEEDED_CFG = ("graceful_timeout", "timeout", "bind", "reuse_port", "env_orig")
+
+
+class ExitStatus(NamedTuple):
+    """How a child process ended: its exit status, or the signal that killed it (the other is None)."""
+
+    status: int | None = None
+    signal: int | None = None
+
+    @property
+    def normal(self) -> bool:
+        """True for an exit with status 0."""
+        return self.status == 0 and self.signal is None
+
+    @property
+    def signal_name(self) -> str | None:
+        """``SIGKILL`` (None: not killed by a signal)."""
+        if self.signal is None:
+            return None
+        try:
+            return signal.Signals(self.signal).name
+        except ValueError:
+            return f"signal {self.signal}"
 
 
 class Arbiter(Protocol):
@@ -101,6 +123,16 @@ class Arbiter(Protocol):
 
     def signal_workers(self, signum: int) -> None:
         """Send ``signum`` to every live worker (Gunicorn's ``kill_workers``)."""
+
+    def on_worker_exit(self, callback: Callable[[int, ExitStatus], object]) -> None:
+        """Call ``callback(pid, status)`` for each worker that exited, just before Gunicorn reaps it.
+
+        May run inside the SIGCHLD handler (Gunicorn 22 and 23 reap there):
+        ``callback`` only sets plain attributes.
+        """
+
+    def on_dirty_exit(self, callback: Callable[[int, ExitStatus], object]) -> None:
+        """Call ``callback(pid, status)`` as Gunicorn 27's dirty arbiter is reaped (main thread); else never."""
 
     def wake(self) -> None:
         """Any thread: wake the main loop at once (Gunicorn's ``wakeup()``); its next pass follows."""
@@ -265,6 +297,61 @@ class ArbiterAdapter:
     def signal_workers(self, signum: int) -> None:
         """See :meth:`Arbiter.signal_workers`."""
         self._server.kill_workers(signum)
+
+    def on_worker_exit(self, callback: Callable[[int, ExitStatus], object]) -> None:
+        """See :meth:`Arbiter.on_worker_exit`.
+
+        Before each call of Gunicorn's ``reap_workers`` (its own, or graceful's
+        while it stops the workers), each worker's status is read without
+        reaping it (``waitid`` with ``WNOWAIT``): Gunicorn's ``waitpid`` then
+        reaps it as always, and logs it as always. Gunicorn's ``child_exit``
+        hook comes after the reaping, without the status. A worker that exits
+        between the look and Gunicorn's ``waitpid`` goes unseen here (its
+        channel still tells whether it sent its part). Linux (``os.waitid``);
+        elsewhere nothing is called.
+        """
+        server = self._server
+        waitid = getattr(os, "waitid", None)
+        if waitid is None:
+            return
+        flags = os.WEXITED | os.WNOHANG | os.WNOWAIT
+
+        def look() -> None:
+            for pid in list(server.WORKERS):  # one C-level copy
+                try:
+                    info = waitid(os.P_PID, pid, flags)
+                except OSError:  # reaped already, or not our child
+                    continue
+                if info is None or not info.si_pid:
+                    continue
+                if info.si_code == os.CLD_EXITED:
+                    callback(pid, ExitStatus(status=info.si_status))
+                elif info.si_code in (os.CLD_KILLED, os.CLD_DUMPED):
+                    callback(pid, ExitStatus(signal=info.si_status))
+
+        self._before("reap_workers", look)
+
+    def on_dirty_exit(self, callback: Callable[[int, ExitStatus], object]) -> None:
+        """See :meth:`Arbiter.on_dirty_exit`.
+
+        Gunicorn 27 hands the dirty arbiter's wait status to its
+        ``handle_dirty_arbiter_exit(pid, status)`` from both of its reaping
+        paths: wrapped, ``callback`` sees it first. A release without a
+        dirty pool has no such method, and nothing is wrapped.
+        """
+        server = self._server
+        original = getattr(server, "handle_dirty_arbiter_exit", None)
+        if original is None:
+            return
+
+        def seen_then_original(pid: int, status: int) -> Any:
+            if os.WIFEXITED(status):
+                callback(pid, ExitStatus(status=os.WEXITSTATUS(status)))
+            elif os.WIFSIGNALED(status):
+                callback(pid, ExitStatus(signal=os.WTERMSIG(status)))
+            return original(pid, status)
+
+        server.__dict__["handle_dirty_arbiter_exit"] = seen_then_original
 
     def wake(self) -> None:
         """See :meth:`Arbiter.wake`. 24+: ``WAKEUP_REQUEST`` on the queue; 22/23: a byte on the self-pipe."""
