@@ -110,8 +110,8 @@ def on_starting(server: Any) -> None:
     _log_to_gunicorn(arbiter)
     if "dirty_graceful_timeout" in _check_settings(arbiter):
         logger.info(
-            "graceful: dirty_graceful_timeout derived: %gs, what GRACEFUL_GRACE_PERIOD leaves after the"
-            " delay and graceful_timeout (%gs)",
+            "graceful: dirty_graceful_timeout %gs, derived: what GRACEFUL_GRACE_PERIOD leaves after the"
+            " delay and graceful_timeout %gs",
             arbiter.dirty_graceful_timeout(),
             arbiter.graceful_timeout(),
         )

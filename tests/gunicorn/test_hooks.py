@@ -195,7 +195,7 @@ class TestDirtyPoolTimeout:
         with caplog.at_level(logging.INFO, logger="graceful"):
             arbiter = with_dirty_pool(process)
         assert (arbiter.cfg.graceful_timeout, arbiter.cfg.dirty_graceful_timeout) == (6, 23)
-        assert "dirty_graceful_timeout derived: 23s" in caplog.text
+        assert "dirty_graceful_timeout 23s, derived" in caplog.text
 
     def test_graceful_timeout_set_dirty_derived(self, lifecycle: Lifecycle, process: list[Any]) -> None:
         """--graceful-timeout 9 kept; the dirty pool gets what is left: 30 - 1 - 9 = 20 s."""
