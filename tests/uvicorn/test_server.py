@@ -250,3 +250,38 @@ class TestServeAsgi:
         with pytest.raises(UvicornMissing):
             serve_asgi(app, "127.0.0.1", port, lifecycle=Lifecycle(Config()))
         socket.create_server(("127.0.0.1", port)).close()  # free again
+
+
+class TestListener:
+    def test_the_listener_is_tcp_so_asyncio_turns_nagle_off(self) -> None:
+        """The listening socket says IPPROTO_TCP: asyncio then sets TCP_NODELAY on each accepted connection."""
+        import asyncio
+        import socket
+
+        from graceful.uvicorn.server import _listen
+
+        async def accepted_nodelay(listener: socket.socket) -> int:
+            seen: list[int] = []
+
+            def protocol() -> asyncio.Protocol:
+                class Peek(asyncio.Protocol):
+                    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+                        sock = transport.get_extra_info("socket")
+                        seen.append(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+                        transport.close()
+
+                return Peek()
+
+            server = await asyncio.get_running_loop().create_server(protocol, sock=listener)
+            reader, writer = await asyncio.open_connection(*listener.getsockname()[:2])
+            for _ in range(100):
+                if seen:
+                    break
+                await asyncio.sleep(0.01)
+            writer.close()
+            server.close()
+            return seen[0]
+
+        listener = _listen("127.0.0.1", 0)
+        assert listener.proto == socket.IPPROTO_TCP
+        assert asyncio.run(asyncio.wait_for(accepted_nodelay(listener), 10)) == 1
