@@ -167,7 +167,7 @@ class TestOnStarting:
         arbiter = started(process)
         master = attached(arbiter)
         assert isinstance(master, MasterShutdown) and master.health is None
-        assert lifecycle.server == "gunicorn" and not lifecycle.serves_requests
+        assert lifecycle.server == "gunicorn" and not lifecycle.role.serves_requests
 
 
 class TestBadSettings:
