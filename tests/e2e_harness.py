@@ -870,6 +870,10 @@ def served_by(pid: int) -> Callable[[Record], bool]:
     return lambda record: record.served_by == str(pid)
 
 
+#: Makes one unstarted instance of the server under test: (port, name, its GRACEFUL_* settings) -> instance.
+MakeInstance = Callable[[int, str, dict[str, str]], Gunicorn]
+
+
 def rolling_restart(
     starter: Starter,
     directory: Path,
@@ -879,14 +883,21 @@ def rolling_restart(
     shutdown_delay: float = 4.0,
     warm_up: float = 1.0,
     cool_down: float = 1.0,
+    make: MakeInstance | None = None,
 ) -> Run:
-    """Two instances behind HAProxy under load; SIGTERM each in turn, replacement after exit (maxSurge 0)."""
+    """Two instances behind HAProxy under load; SIGTERM each in turn, replacement after exit (maxSurge 0).
+
+    ``make`` builds each instance (default: a :class:`Gunicorn` of ``worker_class``; tests/asgi_harness.py
+    makes Uvicorn ones, ``worker_class`` then only names the run).
+    """
     env = graceful_env(shutdown_delay) if graceful else {}
+
+    def gunicorn(port: int, name: str, env: dict[str, str]) -> Gunicorn:
+        return Gunicorn(starter, port, worker_class, graceful=graceful, env=env, name=name)
+
+    make = make or gunicorn
     ports = [free_port(), free_port()]
-    instances = [
-        Gunicorn(starter, port, worker_class, graceful=graceful, env=env, name=HAProxy.server_name(i))
-        for i, port in enumerate(ports)
-    ]
+    instances = [make(port, HAProxy.server_name(i), env) for i, port in enumerate(ports)]
     everything: list[Gunicorn] = list(instances)
     haproxy = HAProxy(starter, directory, ports)
     try:
@@ -908,7 +919,7 @@ def rolling_restart(
                 term = Termination(old.name, old.pid, sigterm_at, old.exited_at, returncode)
                 term.marked_down_at = haproxy.marked(index, "DOWN", after=sigterm_at)
                 terminations.append(term)
-                new = Gunicorn(starter, old.port, worker_class, graceful=graceful, env=env, name=old.name + "'")
+                new = make(old.port, old.name + "'", env)
                 everything.append(new)
                 new.start()
                 term.replacement_ready_at = new.wait_ready()

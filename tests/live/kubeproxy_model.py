@@ -8,7 +8,9 @@ inside it, on 127.x addresses:
 
 * the Service is 127.0.2.1:80; each pod is a Gunicorn on 127.0.1.N:8000
   (tests/live/load_app.py; ``--mode plain`` without graceful, ``fixed`` with
-  the fixed delay, ``adaptive`` with the floor);
+  the fixed delay, ``adaptive`` with the floor), or with ``--server uvicorn``
+  one Uvicorn process serving tests/live/asgi_load_app.py (``graceful serve``,
+  or plain ``uvicorn`` in ``--mode plain``);
 * kube-proxy is the nat table's OUTPUT chain: the Service DNAT'd to its ready
   endpoints with ``statistic --mode random`` (iptables-restore rewrites it
   atomically, as kube-proxy does); conntrack keeps an established connection
@@ -28,7 +30,8 @@ inside it, on 127.x addresses:
   not retry).
 
 Prints one JSON object: per old pod its SIGTERM, endpoint removal and exit
-times and the last request it served (seconds since its SIGTERM), and the
+times and the last request it served (seconds since its SIGTERM), how its
+delay ended (the shutdown record's ``delay``, graceful's modes only), and the
 clients' results (ok, errors by kind). Every wait is bounded; every process
 started here is in this process's group and is stopped before it exits.
 """
@@ -38,7 +41,9 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import os
 import random
+import shlex
 import signal
 import statistics
 import subprocess
@@ -51,6 +56,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent.parent
 sys.path.insert(0, str(ROOT))
 
+from tests.asgi_harness import ASGI_APP, GRACEFUL_SERVE  # noqa: E402
 from tests.e2e_harness import GRACEFUL_CONF, LIVE, _gunicorn_supports, clean_env  # noqa: E402
 
 SERVICE = ("127.0.2.1", 80)
@@ -64,24 +70,44 @@ def span(text: str) -> tuple[float, float]:
     return float(low), float(high or low)
 
 
-class Pod:
-    """One Gunicorn "pod" on 127.0.1.``index``:8000."""
+def gunicorn_argv(host: str, mode: str) -> list[str]:
+    """A Gunicorn pod's command line (gthread, one worker), graceful's config unless ``plain``."""
+    argv = [sys.executable, "-m", "gunicorn"]
+    if mode != "plain":
+        argv += ["-c", str(GRACEFUL_CONF)]
+    argv += ["--pythonpath", str(LIVE), "-b", f"{host}:{POD_PORT}", "-k", "gthread", "-w", "1"]
+    argv += ["--threads", "8", "--log-level", "warning"]
+    if _gunicorn_supports("control_socket_disable"):
+        argv.append("--no-control-socket")
+    return [*argv, "load_app:app"]
 
-    def __init__(self, index: int, mode: str, env: dict[str, str]) -> None:
+
+def uvicorn_argv(host: str, mode: str, serve_command: list[str]) -> list[str]:
+    """A Uvicorn pod's command line (one process): ``serve_command`` unless ``plain``, then plain Uvicorn."""
+    if mode != "plain":
+        return [*serve_command, "-b", f"{host}:{POD_PORT}", "--no-access-log", "--log-level", "warning", ASGI_APP]
+    argv = [sys.executable, "-m", "uvicorn", "--host", host, "--port", str(POD_PORT)]
+    return [*argv, "--no-access-log", "--log-level", "warning", ASGI_APP]
+
+
+class Pod:
+    """One "pod" on 127.0.1.``index``:8000: a Gunicorn (``argv`` says) or a Uvicorn process."""
+
+    def __init__(
+        self, index: int, argv: list[str], env: dict[str, str], records: Path | None, quit: signal.Signals
+    ) -> None:
         self.index = index
+        #: What stops it at once at the run's end (a Gunicorn master: SIGQUIT, its workers too).
+        self.quit = quit
         self.host = f"127.0.1.{index}"
-        argv = [sys.executable, "-m", "gunicorn"]
-        if mode != "plain":
-            argv += ["-c", str(GRACEFUL_CONF)]
-        argv += ["--pythonpath", str(LIVE), "-b", f"{self.host}:{POD_PORT}", "-k", "gthread", "-w", "1"]
-        argv += ["--threads", "8", "--log-level", "warning"]
-        if _gunicorn_supports("control_socket_disable"):
-            argv.append("--no-control-socket")
+        env = {**env, "PYTHONPATH": os.pathsep.join([str(ROOT), str(LIVE)])}
+        #: Its shutdown record (GRACEFUL_REPORT_FILE), under graceful.
+        self.record = None if records is None else records / f"pod-{index}.json"
+        if self.record is not None:
+            env["GRACEFUL_REPORT_FILE"] = str(self.record)
         # Its log goes to a file, not a pipe nobody reads while it serves (a full pipe would stop it).
         self.log = tempfile.TemporaryFile()  # noqa: SIM115 (closed with the process, at exit)
-        self.proc = subprocess.Popen(
-            [*argv, "load_app:app"], env=clean_env(env), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=self.log
-        )
+        self.proc = subprocess.Popen(argv, env=clean_env(env), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=self.log)
         self.sigterm_at: float | None = None
         self.removed_at: float | None = None
         self.exited_at: float | None = None
@@ -102,6 +128,13 @@ class Pod:
                 pass
             threading.Event().wait(0.05)
         raise RuntimeError(f"pod {self.host} not ready within {timeout:g}s")
+
+    def delay(self) -> dict[str, object] | None:
+        """How its shutdown delay ended (its record's ``delay``), or None (plain, or no record)."""
+        if self.record is None or not self.record.exists():
+            return None
+        delay: dict[str, object] | None = json.loads(self.record.read_text()).get("delay")
+        return delay
 
     def log_tail(self) -> str:
         self.log.seek(0)
@@ -202,6 +235,13 @@ class Client(threading.Thread):
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--mode", choices=("plain", "fixed", "adaptive"), required=True)
+    parser.add_argument("--server", choices=("gunicorn", "uvicorn"), default="gunicorn")
+    parser.add_argument(
+        "--serve-command",
+        type=shlex.split,
+        default=list(GRACEFUL_SERVE),
+        help="graceful's Uvicorn side (--server uvicorn, not plain): the command the bind address and app follow",
+    )
     parser.add_argument("--lag", type=span, default=(0.5, 2.0))
     parser.add_argument("--clients", type=int, default=6)
     parser.add_argument("--pause", type=span, default=(0.005, 0.02))
@@ -212,6 +252,13 @@ def main() -> int:
     parser.add_argument("--pods", type=int, default=3)
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
+    # The pods' shutdown records, removed with the folder whatever happens.
+    with tempfile.TemporaryDirectory(prefix="kubeproxy-model-") as folder:
+        return rollout(args, None if args.mode == "plain" else Path(folder))
+
+
+def rollout(args: argparse.Namespace, records: Path | None) -> int:
+    """The rolling update, its figures printed as JSON; ``records``: the folder of the pods' shutdown records."""
     started = time.monotonic()
     rng = random.Random(args.seed)
     env = {
@@ -223,8 +270,15 @@ def main() -> int:
     }
     if args.mode == "adaptive":
         env["GRACEFUL_SHUTDOWN_DELAY_MIN"] = f"{args.floor:g}"
+
+    def make_pod(index: int) -> Pod:
+        host = f"127.0.1.{index}"
+        if args.server == "uvicorn":
+            return Pod(index, uvicorn_argv(host, args.mode, args.serve_command), env, records, signal.SIGKILL)
+        return Pod(index, gunicorn_argv(host, args.mode), env, records, signal.SIGQUIT)
+
     service = Service()
-    old = [Pod(i + 1, args.mode, env) for i in range(args.pods)]
+    old = [make_pod(i + 1) for i in range(args.pods)]
     new: list[Pod] = []
     clients: list[Client] = []
     timers: list[threading.Timer] = []
@@ -238,7 +292,7 @@ def main() -> int:
         threading.Event().wait(1.0)  # steady traffic before the rollout
         rollout_began = time.monotonic()
         for i, pod in enumerate(old):
-            surge = Pod(args.pods + i + 1, args.mode, env)
+            surge = make_pod(args.pods + i + 1)
             new.append(surge)
             surge.wait_ready(30)
             service.add(surge)
@@ -263,7 +317,7 @@ def main() -> int:
             timer.cancel()
         for pod in old + new:
             if pod.proc.poll() is None:
-                pod.proc.send_signal(signal.SIGKILL if pod in old else signal.SIGQUIT)
+                pod.proc.send_signal(signal.SIGKILL if pod in old else pod.quit)
         for pod in old + new:
             try:
                 pod.proc.wait(10)
@@ -289,6 +343,7 @@ def main() -> int:
                 "exit_s": since(pod.exited_at),
                 "last_request_s": since(max(served, default=None)),
                 "exit_code": pod.proc.returncode,
+                "delay": pod.delay(),
                 "log_tail": pod.log_tail() if pod.exited_at is None or pod.proc.returncode else "",
             }
         )
