@@ -261,26 +261,23 @@ class TestListener:
         from graceful.uvicorn.server import _listen
 
         async def accepted_nodelay(listener: socket.socket) -> int:
-            seen: list[int] = []
+            seen: asyncio.Future[int] = asyncio.get_running_loop().create_future()
 
             def protocol() -> asyncio.Protocol:
                 class Peek(asyncio.Protocol):
                     def connection_made(self, transport: asyncio.BaseTransport) -> None:
                         sock = transport.get_extra_info("socket")
-                        seen.append(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+                        seen.set_result(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
                         transport.close()
 
                 return Peek()
 
             server = await asyncio.get_running_loop().create_server(protocol, sock=listener)
-            reader, writer = await asyncio.open_connection(*listener.getsockname()[:2])
-            for _ in range(100):
-                if seen:
-                    break
-                await asyncio.sleep(0.01)
+            _reader, writer = await asyncio.open_connection(*listener.getsockname()[:2])
+            nodelay = await seen
             writer.close()
             server.close()
-            return seen[0]
+            return nodelay
 
         listener = _listen("127.0.0.1", 0)
         assert listener.proto == socket.IPPROTO_TCP
