@@ -31,6 +31,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from graceful.core.lifecycle import Lifecycle
+from graceful.core.stats import LEFT_STREAM, LEFT_WEBSOCKET
 from graceful.http.goodbyes import spread, window_of
 from graceful.http.replies import SHUTTING_DOWN, Reply
 
@@ -157,7 +158,7 @@ class _Connection:
 class WebSocket(_Connection):
     """A WebSocket: told to leave, it gets a close frame 1001 (or its handshake is refused)."""
 
-    kind = "websocket"
+    kind = LEFT_WEBSOCKET
 
     def __init__(self, receive: Receive, send: Send) -> None:
         super().__init__(receive, send)
@@ -188,7 +189,7 @@ class WebSocket(_Connection):
 class Stream(_Connection):
     """A streamed HTTP response: told to leave, it is completed at a chunk boundary."""
 
-    kind = "stream"
+    kind = LEFT_STREAM
 
     def __init__(self, receive: Receive, send: Send, close_connection: bool = False) -> None:
         super().__init__(receive, send)
@@ -253,8 +254,6 @@ class LongLived:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._empty: asyncio.Event | None = None
         self._watching = False
-        #: Connections told to leave: ``(kind, "spread" or "deadline") -> count``. Read on the loop.
-        self.told: dict[tuple[str, str], int] = {}
 
     # -- on the loop -------------------------------------------------------------------------------
 
@@ -330,10 +329,12 @@ class LongLived:
         self._loop.call_later(wait, self._tell, connection, "spread")
 
     def _tell(self, connection: _Connection, when: str) -> bool:
+        """Tell one connection to leave now; counted in the lifecycle's statistics (the record's ``left``)."""
         if connection not in self._open or not connection.leave():
             return False
-        key = (connection.kind, when)
-        self.told[key] = self.told.get(key, 0) + 1
+        lifecycle = self._lifecycle()
+        if lifecycle is not None:
+            lifecycle.stats.told_to_leave(connection.kind, at_deadline=when == "deadline")
         return True
 
     # -- from the firing thread ---------------------------------------------------------------------

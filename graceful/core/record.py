@@ -21,7 +21,9 @@ The record (format 1)::
     hooks       [{kind, name, pid, outcome, started_s, duration_s, error}]
     requests    drained, drain_s, abandoned, arrived {delay, draining}, late,
                 late_from_s, last_arrival_s, rejected {shutting_down, draining, max_in_flight,
-                refused_stream (since 0.3)}, lost, lost_unknown (since 0.3)
+                refused_stream (since 0.3)}, lost, lost_unknown (since 0.3), left {websocket,
+                stream, at_deadline} (since 0.3: long-lived connections told to leave, and how
+                many of them were still open at the drain's end)
     ended       (since 0.3) every process that ended abnormally during the shutdown (a
                 Gunicorn master's workers, its dirty arbiter): [{pid, role, cause (signal,
                 killed, status, no_part), at_s, signal, status, in_flight (at its last
@@ -65,7 +67,7 @@ from graceful.core.report import (
     merge,
     report_of,
 )
-from graceful.core.stats import PHASE_DELAY, PHASE_DRAINING, ProcessEnd
+from graceful.core.stats import LEFT_AT_DEADLINE, LEFT_STREAM, LEFT_WEBSOCKET, PHASE_DELAY, PHASE_DRAINING, ProcessEnd
 
 if TYPE_CHECKING:
     from graceful.core.lifecycle import Lifecycle
@@ -185,6 +187,7 @@ class ShutdownRecord:
         rejected = [f"{count} {reason}" for reason, count in requests.rejected.items() if count]
         if rejected:
             text += f"; rejected: {', '.join(rejected)}"
+        text += _left_phrase(requests)
         if requests.late and not (outcome is not None and outcome.end is DelayEnd.QUIET):
             # After a quiet end a longer delay would have changed nothing: traffic had stopped.
             text += (
@@ -312,6 +315,20 @@ def _seconds(value: float | None) -> float | None:
 
 def _plural(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def _left_phrase(requests: RequestFigures) -> str:
+    """``; told 3 WebSockets and 1 stream to leave (1 at the drain's deadline)``, or nothing when none was."""
+    left = requests.left
+    told = [
+        _plural(count, noun)
+        for count, noun in ((left.get(LEFT_WEBSOCKET, 0), "WebSocket"), (left.get(LEFT_STREAM, 0), "stream"))
+        if count
+    ]
+    if not told:
+        return ""
+    late = left.get(LEFT_AT_DEADLINE, 0)
+    return f"; told {' and '.join(told)} to leave" + (f" ({late} at the drain's deadline)" if late else "")
 
 
 def _lost_phrase(requests: RequestFigures) -> str:

@@ -44,7 +44,7 @@ first)::
     CleanupFinished               the latest                                  done when the last process is
     in_flight, drained, aban-     summed                                      each process counts its own
     doned, arrived, late,
-    rejected, lost, lost_unknown
+    rejected, lost, lost_unknown, left
     drain_s                       the longest                                 the server waited that long
     late_from                     the earliest                                the first process's late window
     last_arrival                  the latest                                  the server's last arrival
@@ -79,6 +79,7 @@ from graceful.core.role import Role
 from graceful.core.stats import (
     END_CAUSES,
     LATE_SHARE,
+    LEFT,
     PHASES,
     REASON_REFUSED_STREAM,
     REASONS,
@@ -201,6 +202,7 @@ class RequestFigures:
     rejected: Mapping[str, int] = dataclasses.field(default_factory=lambda: dict.fromkeys(REASONS, 0))
     lost: int = 0
     lost_unknown: int = 0
+    left: Mapping[str, int] = dataclasses.field(default_factory=lambda: dict.fromkeys(LEFT, 0))
 
     def shifted(self, offset: float) -> RequestFigures:
         """The same figures with their times ``offset`` seconds later."""
@@ -227,6 +229,7 @@ class RequestFigures:
             rejected={reason: sum(f.rejected.get(reason, 0) for f in items) for reason in REASONS},
             lost=sum(f.lost for f in items),
             lost_unknown=sum(f.lost_unknown for f in items),
+            left={key: sum(f.left.get(key, 0) for f in items) for key in LEFT},
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -242,6 +245,7 @@ class RequestFigures:
             "rejected": dict(self.rejected),
             "lost": self.lost,
             "lost_unknown": self.lost_unknown,
+            "left": dict(self.left),
         }
 
     @classmethod
@@ -264,7 +268,16 @@ class RequestFigures:
             # Since 0.3: a report written before has none.
             lost=data.count("lost") if data.has("lost") else 0,
             lost_unknown=data.count("lost_unknown") if data.has("lost_unknown") else 0,
+            left=_left_of(data),
         )
+
+
+def _left_of(data: FieldReader) -> dict[str, int]:
+    """``requests.left``: since 0.3 (ASGI's long-lived connections); a report written before has none."""
+    if not data.has("left"):
+        return dict.fromkeys(LEFT, 0)
+    left = data.child("left")
+    return {key: left.count(key) for key in LEFT}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -542,6 +555,7 @@ def report_of(
         rejected=stats.rejections(),
         lost=sum(e.lost or 0 for e in ends),
         lost_unknown=sum(1 for e in ends if e.lost is None),
+        left=stats.left(),
     )
     taken = lifecycle.samples if samples else []
     series = SampleSeries(

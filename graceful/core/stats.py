@@ -64,6 +64,10 @@ __all__ = [
     "END_NO_PART",
     "END_SIGNAL",
     "END_STATUS",
+    "LEFT",
+    "LEFT_AT_DEADLINE",
+    "LEFT_STREAM",
+    "LEFT_WEBSOCKET",
     "LateTraffic",
     "ProcessEnd",
     "RequestStats",
@@ -80,6 +84,13 @@ REASON_MAX_IN_FLIGHT = "max_in_flight"
 #: HTTP/2: a stream opened above a GOAWAY's last-stream-id, refused with REFUSED_STREAM (safe to retry).
 REASON_REFUSED_STREAM = "refused_stream"
 REASONS = (REASON_SHUTTING_DOWN, REASON_DRAINING, REASON_MAX_IN_FLIGHT, REASON_REFUSED_STREAM)
+
+#: Long-lived connections told to leave (graceful.asgi.long_lived): WebSockets, streams (SSE, long-running), and
+#: of those, how many were told at the drain's deadline rather than at their time in the delay.
+LEFT_WEBSOCKET = "websocket"
+LEFT_STREAM = "stream"
+LEFT_AT_DEADLINE = "at_deadline"
+LEFT = (LEFT_WEBSOCKET, LEFT_STREAM, LEFT_AT_DEADLINE)
 
 #: Arrived after ShutdownInitiated, before NotAcceptingNewRequests.
 PHASE_DELAY = "delay"
@@ -252,6 +263,7 @@ class RequestStats:
         self._draining_add = self._arrivals[PHASE_DRAINING].add
         self._late = Counter()
         self._rejections = {reason: Counter() for reason in REASONS}
+        self._left = {key: Counter() for key in LEFT}
         #: Monotonic time of ShutdownInitiated once :meth:`begin` was called.
         self.shutdown_at: float | None = None
         self._shutdown_delay = 0.0
@@ -291,6 +303,13 @@ class RequestStats:
         Call before requests are served (under Gunicorn: ``post_fork``, main thread).
         """
         self._board = board
+
+    def told_to_leave(self, kind: str, at_deadline: bool) -> None:
+        """A long-lived connection of ``kind`` (``websocket`` or ``stream``) was told to leave, at its time
+        in the delay or (``at_deadline``) because it was still open when the drain ended."""
+        self._left[kind].add()
+        if at_deadline:
+            self._left[LEFT_AT_DEADLINE].add()
 
     def rejected(self, reason: str) -> None:
         """A request was answered with a refusal for ``reason`` (one of :data:`REASONS`)."""
@@ -338,6 +357,10 @@ class RequestStats:
     def arrivals(self) -> dict[str, int]:
         """Arrivals after ShutdownInitiated by phase."""
         return {phase: counter.value for phase, counter in self._arrivals.items()}
+
+    def left(self) -> dict[str, int]:
+        """Long-lived connections told to leave, by kind, and how many of them at the drain's deadline."""
+        return {key: counter.value for key, counter in self._left.items()}
 
     def rejections(self) -> dict[str, int]:
         """Rejections by reason."""

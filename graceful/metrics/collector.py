@@ -20,6 +20,9 @@ merged by :func:`graceful.core.report.merge`)::
     graceful_processes_ended_abnormally_total{role,cause} counter a Gunicorn master's workers (and dirty arbiter)
                                                                   that ended abnormally in a shutdown: signal,
                                                                   killed, status, no_part
+    graceful_long_lived_told_to_leave_total{kind}         counter ASGI WebSockets and streams told to leave;
+                                                                  kind at_deadline: of those, the ones still
+                                                                  open when the drain ended
     graceful_info{version,server,worker_class}            gauge   1
 
 :class:`GracefulCollector` goes into a prometheus_client registry the user
@@ -39,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from graceful.core.clock import unix_time
 from graceful.core.report import ProcessReport, merge
-from graceful.core.stats import PHASES, REASONS
+from graceful.core.stats import LEFT, PHASES, REASONS
 from graceful.metrics.snapshot import empty, label, snapshot
 
 if TYPE_CHECKING:
@@ -166,6 +169,11 @@ def _families(data: ProcessReport, samples: bool = True) -> Iterator[Any]:
         "Processes that ended abnormally during a shutdown (a Gunicorn master's workers), by cause.",
         labels=["role", "cause"],
     )
+    left = counter(
+        "graceful_long_lived_told_to_leave_total",
+        "Long-lived connections (WebSockets, streams) told to leave; at_deadline: still open when the drain ended.",
+        labels=["kind"],
+    )
     about = info("graceful", "What serves the app.")
     families = (
         in_flight,
@@ -180,6 +188,7 @@ def _families(data: ProcessReport, samples: bool = True) -> Iterator[Any]:
         abandoned,
         lost,
         ended,
+        left,
         about,
     )
     if not samples:
@@ -204,6 +213,8 @@ def _families(data: ProcessReport, samples: bool = True) -> Iterator[Any]:
         checks.add_metric([result.name, result.endpoint, "error"], result.errors)
     abandoned.add_metric([], data.requests.abandoned)
     lost.add_metric([], data.requests.lost)
+    for kind in LEFT:
+        left.add_metric([kind], data.requests.left.get(kind, 0))
     causes: dict[tuple[str, str], int] = {}
     for end in data.ended:
         key = (label(end.role), end.cause)

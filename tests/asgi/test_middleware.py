@@ -308,7 +308,7 @@ class TestWebSockets:
         assert peer.sent[-1] == {"type": "websocket.close", "code": GOING_AWAY, "reason": "server shutting down"}
         assert scope["seen"][-1]["code"] == GOING_AWAY
         assert scope["gone"] is True
-        assert goodbyes_of(lc).told == {("websocket", "deadline"): 1}
+        assert lc.stats.left() == {"websocket": 1, "stream": 0, "at_deadline": 1}
 
     def test_a_handshake_told_to_leave_is_refused_with_a_close(self) -> None:
         """A WebSocket told to leave before its app accepted gets websocket.close (the server answers 403)."""
@@ -400,7 +400,7 @@ class TestWebSockets:
             return peer
 
         assert run(scenario()).sent[-1]["code"] == GOING_AWAY
-        assert goodbyes_of(lc).told == {("websocket", "deadline"): 1}
+        assert lc.stats.left() == {"websocket": 1, "stream": 0, "at_deadline": 1}
 
 
 def sse_scope() -> Scope:

@@ -449,3 +449,31 @@ class TestProcessesThatEndedAbnormally:
         data["ended"][0]["cause"] = "gremlins"
         with pytest.raises(RecordError, match=r"ended\[0\]\.cause: expected one of signal, killed, status, no_part"):
             ShutdownRecord.from_json(data)
+
+
+class TestLongLivedConnections:
+    def test_the_record_counts_and_names_the_connections_told_to_leave(self) -> None:
+        """Long-lived connections told to leave are in requests.left and the summary, with those told at the
+        drain's deadline named; a shutdown that told none says nothing of them."""
+        assert "to leave" not in server_record(served_lifecycle()).summary()
+        lc = served_lifecycle()
+        for kind, at_deadline in (("websocket", False), ("websocket", False), ("websocket", True), ("stream", False)):
+            lc.stats.told_to_leave(kind, at_deadline=at_deadline)
+        record = server_record(lc)
+        assert record.requests.left == {"websocket": 3, "stream": 1, "at_deadline": 1}
+        assert "; told 3 WebSockets and 1 stream to leave (1 at the drain's deadline)" in record.summary()
+        data = json.loads(json.dumps(record.to_json()))
+        assert data["requests"]["left"] == {"websocket": 3, "stream": 1, "at_deadline": 1}
+        assert ShutdownRecord.from_json(data).requests.left == record.requests.left
+
+    def test_a_record_without_them_reads_as_none_told(self) -> None:
+        """A record written before the ASGI side has no requests.left: read as none told."""
+        data = json.loads(json.dumps(server_record(served_lifecycle()).to_json()))
+        del data["requests"]["left"]
+        assert ShutdownRecord.from_json(data).requests.left == {"websocket": 0, "stream": 0, "at_deadline": 0}
+
+    def test_the_workers_figures_add_up(self) -> None:
+        """Merged, the processes' counts of connections told to leave are summed."""
+        one = RequestFigures(left={"websocket": 2, "stream": 0, "at_deadline": 1})
+        two = RequestFigures(left={"websocket": 1, "stream": 3, "at_deadline": 0})
+        assert RequestFigures.total([one, two]).left == {"websocket": 3, "stream": 3, "at_deadline": 1}

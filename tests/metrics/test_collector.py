@@ -148,6 +148,7 @@ class TestFamilies:
             "graceful_drain_abandoned_requests": "counter",
             "graceful_requests_lost": "counter",
             "graceful_processes_ended_abnormally": "counter",
+            "graceful_long_lived_told_to_leave": "counter",
             "graceful_info": "gauge",  # the text format has no info type: a gauge of 1
         }
 
