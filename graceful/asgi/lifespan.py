@@ -23,20 +23,14 @@ from __future__ import annotations
 import logging
 import time
 import weakref
-from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
 
+from graceful.asgi.types import ASGIApp, Message, Receive, Scope, Send
 from graceful.core.lifecycle import Lifecycle
 
 __all__ = ["LIFESPAN_CHECK", "Lifespan"]
 
 logger = logging.getLogger(__name__)
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 #: The readiness check's name.
 LIFESPAN_CHECK = "lifespan"

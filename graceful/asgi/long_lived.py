@@ -27,9 +27,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
-from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
+from collections.abc import Callable
 
+from graceful.asgi.types import Message, Receive, Send
 from graceful.core.lifecycle import Lifecycle
 from graceful.core.stats import LEFT_STREAM, LEFT_WEBSOCKET
 from graceful.http.goodbyes import spread, window_of
@@ -46,9 +46,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
 
 #: RFC 6455's close code for an endpoint going away (a server going down).
 GOING_AWAY = 1001

@@ -55,11 +55,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
+from collections.abc import Callable
 
 from graceful.asgi.lifespan import Lifespan
 from graceful.asgi.long_lived import LongLived, Stream, WebSocket, goodbyes_of, with_connection_close
+from graceful.asgi.types import ASGIApp, Message, Receive, Scope, Send
 from graceful.core import default as _default
 from graceful.core.gate import Refusal
 from graceful.core.lifecycle import Lifecycle
@@ -82,12 +82,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-#: An ASGI 3 application.
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 #: Scope key: the :class:`graceful.Lifecycle` whose middleware handles this connection.
 LIFECYCLE_KEY = "graceful.lifecycle"

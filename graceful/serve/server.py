@@ -70,6 +70,7 @@ from graceful.core.lifecycle import Lifecycle
 from graceful.core.record import part_of, record_of
 from graceful.healthport.address import HealthAddress, parse_address
 from graceful.healthport.local import LocalHealth
+from graceful.http.health import HealthChecks
 from graceful.process.sockets import close_after_queue_drains
 from graceful.process.termination import leave_record
 from graceful.process.trap import SignalTrap
@@ -91,6 +92,7 @@ __all__ = [
     "leave_server_record",
     "load_app",
     "serve",
+    "start_health_port",
     "wrap_app",
 ]
 
@@ -524,12 +526,8 @@ def serve(
     if address is not None:
         middleware = find_middleware(app, lifecycle)
         assert middleware is not None, "wrap_app wrapped it"
-        health = LocalHealth(lifecycle, (middleware.inner or middleware).health, address)
-        try:
-            health.start()
-        except OSError as exc:
-            logger.error("graceful: cannot listen on the health port %s: %s", address, exc)
-            health.close()
+        health = start_health_port(lifecycle, (middleware.inner or middleware).health, address)
+        if health is None:
             server.server_close()
             return 1
     trap = SignalTrap(lambda _signum: lifecycle.request_shutdown()).install()
@@ -598,6 +596,21 @@ def leave_server_record(lifecycle: Lifecycle) -> None:
         leave_record(record, lifecycle.config)
     except Exception:  # logged: the record must never change how the server exits
         logger.exception("graceful: could not build the shutdown record")
+
+
+def start_health_port(lifecycle: Lifecycle, checks: HealthChecks, address: HealthAddress) -> LocalHealth | None:
+    """Main thread, at start-up: the health port on ``address``, serving; None (logged) when it cannot listen.
+
+    Also the Uvicorn server's (:mod:`graceful.uvicorn.server`).
+    """
+    health = LocalHealth(lifecycle, checks, address)
+    try:
+        health.start()
+    except OSError as exc:
+        logger.error("graceful: cannot listen on the health port %s: %s", address, exc)
+        health.close()
+        return None
+    return health
 
 
 def display_host(host: str) -> str:

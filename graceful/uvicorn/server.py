@@ -71,11 +71,16 @@ from graceful.asgi import GracefulASGIMiddleware, find_asgi_middleware, goodbyes
 from graceful.asgi.lifespan import Lifespan
 from graceful.core import default as _default
 from graceful.core.lifecycle import Lifecycle
-from graceful.healthport.local import LocalHealth
 from graceful.http.health import HealthChecks
 from graceful.process.sockets import wait_for_queues_to_drain
 from graceful.process.trap import SignalTrap
-from graceful.serve.server import DEFAULT_KEEP_ALIVE, display_host, health_address, leave_server_record
+from graceful.serve.server import (
+    DEFAULT_KEEP_ALIVE,
+    display_host,
+    health_address,
+    leave_server_record,
+    start_health_port,
+)
 from graceful.uvicorn.adapter import Uvicorn, UvicornMissing, UvicornRefused
 
 __all__ = [
@@ -366,12 +371,8 @@ def serve_asgi(
         middleware = find_asgi_middleware(app, lifecycle)
         # A Starlette app builds its middleware stack on its first call: the port gets checks of its own.
         checks = middleware.health if middleware is not None else HealthChecks(lifecycle)
-        health = LocalHealth(lifecycle, checks, address)
-        try:
-            health.start()
-        except OSError as exc:
-            logger.error("graceful: cannot listen on the health port %s: %s", address, exc)
-            health.close()
+        health = start_health_port(lifecycle, checks, address)
+        if health is None:
             sock.close()
             return 1
     trap = SignalTrap(lambda _signum: lifecycle.request_shutdown()).install()
