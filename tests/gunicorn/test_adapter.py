@@ -333,6 +333,22 @@ class TestWorkerProbe:
             os.close(read)
             os.close(write)
 
+    def test_with_stop_accepting_a_shut_down_listener_stops_the_accepting_instead_of_pausing(
+        self, environment: None, workers: list[Any], monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """guard_accept(stop_accepting) (gthread): EINVAL calls it and returns at once, with no pause (30 s here)."""
+        worker = worker_of(workers, arbiter_of())
+        monkeypatch.setattr(worker_adapter, "_ACCEPT_PAUSE", 30.0)
+        stopped: list[bool] = []
+        WorkerAdapter.probe(worker).guard_accept(lambda: stopped.append(True))
+        with socket.socket() as listener:
+            listener.bind(("127.0.0.1", 0))
+            listener.listen(1)
+            listener.shutdown(socket.SHUT_RD)
+            started = time.monotonic()
+            assert worker.accept(listener) is None
+            assert time.monotonic() - started < 10 and stopped == [True]
+
     def test_a_worker_already_leaving_does_not_pause_and_earlier_signals_are_drained(
         self, environment: None, workers: list[Any], monkeypatch: pytest.MonkeyPatch
     ) -> None:

@@ -75,8 +75,11 @@ class Worker(Protocol):
     def wrap_app(self, wrap: Callable[[Any], Any]) -> None:
         """``post_worker_init``: serve ``wrap(app)`` instead of the app."""
 
-    def guard_accept(self) -> None:
-        """Make ``accept()`` on a listener that was shut down idle briefly instead of crashing the worker."""
+    def guard_accept(self, stop_accepting: Callable[[], None] | None = None) -> None:
+        """Make ``accept()`` on a listener that was shut down stop accepting, or idle briefly, instead of crashing.
+
+        ``stop_accepting`` (gthread's): called instead of idling; the main loop then waits in its poller.
+        """
 
     def gthread_loop(self) -> GthreadLoop | None:
         """``post_worker_init`` of a gthread worker: its main loop, or None."""
@@ -163,15 +166,18 @@ class WorkerAdapter:
 
         self._worker.handle_exit = handle_exit
 
-    def guard_accept(self) -> None:
-        """Make ``accept()`` on a listener that was shut down idle briefly instead of crashing the worker.
+    def guard_accept(self, stop_accepting: Callable[[], None] | None = None) -> None:
+        """Make ``accept()`` on a listener that was shut down stop accepting, or idle, instead of crashing.
 
         sync and gthread accept in a method (gevent in its servers: see
         :mod:`.gevent`). The master's TERM follows within milliseconds;
         exiting here instead would let Gunicorn fork a replacement in between.
-        Called once, in ``post_worker_init``: the pause ends when a signal
-        arrives, on the pipe Gunicorn's ``init_signals`` made the wakeup fd
-        (its ``PIPE``, looked up here), so the TERM ends it at once.
+        Called once, in ``post_worker_init``. With ``stop_accepting`` (gthread's
+        main loop: :meth:`.gthread.GthreadLoop.stop_accepting`) the listeners
+        leave the loop's poller, which the TERM's wake-up then ends at once.
+        Without (sync), each accept pauses until a signal arrives, on the pipe
+        Gunicorn's ``init_signals`` made the wakeup fd (its ``PIPE``, looked up
+        here): the TERM ends the pause at once.
         """
         original: Callable[..., Any] | None = getattr(self._worker, "accept", None)
         if original is None:
@@ -186,7 +192,10 @@ class WorkerAdapter:
                     raise
                 # The listener was shut down (this server stopped listening):
                 # don't spin on it while waiting for the TERM.
-                pause(_ACCEPT_PAUSE)
+                if stop_accepting is not None:
+                    stop_accepting()
+                else:
+                    pause(_ACCEPT_PAUSE)
                 return None
 
         self._worker.accept = accept
