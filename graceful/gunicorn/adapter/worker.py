@@ -206,7 +206,7 @@ class WorkerAdapter:
 
     def gevent_servers(self) -> GeventServers | None:
         """``post_worker_init`` of a gevent worker, after its patch: its servers as Gunicorn builds them, or None."""
-        return record_servers() if self.kind == "gevent" else None
+        return record_servers(self.is_alive) if self.kind == "gevent" else None
 
     def http2(self, drain: Http2Drain) -> Http2Server | None:
         """See :meth:`Worker.http2` (:mod:`.http2`)."""
