@@ -47,10 +47,17 @@ from tests.conftest import Processes
 from tests.e2e_harness import WORKERS, Gunicorn, Record, fetch, free_port
 
 
+#: Seconds after the first worker answers before a trial's SIGTERM: every worker has booted by then. A
+#: worker still booting has the master's signal handlers, and plain Gunicorn 24+ loses its TERM (the
+#: master then waits its graceful_timeout); graceful notes it, but the two must be measured alike.
+BOOT_SETTLE = 1.0
+
+
 def _instance(processes: Processes, worker_class: str, *, graceful: bool = True, **env: str) -> Gunicorn:
     instance = Gunicorn(processes, free_port(), worker_class, graceful=graceful, env=env, name="bench")
     instance.start()
     instance.wait_ready()
+    time.sleep(BOOT_SETTLE)
     return instance
 
 
