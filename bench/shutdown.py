@@ -46,7 +46,6 @@ from graceful.core.lifecycle import Lifecycle
 from tests.conftest import Processes
 from tests.e2e_harness import WORKERS, Gunicorn, Record, fetch, free_port
 
-
 #: Seconds after the first worker answers before a trial's SIGTERM: every worker has booted by then. A
 #: worker still booting has the master's signal handlers, and plain Gunicorn 24+ loses its TERM (the
 #: master then waits its graceful_timeout); graceful notes it, but the two must be measured alike.
