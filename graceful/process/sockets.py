@@ -54,6 +54,8 @@ _TCP_INFO_SIZE = 104
 # How often to look at the queue while it drains: the kernel offers no event
 # for "accept queue empty".
 _POLL_INTERVAL = 0.005
+# Seconds from attaching the filter to the first look at the handshakes under way.
+_FILTER_SETTLE = 0.001
 # Seconds a handshake under way when new ones stop gets to complete: the
 # client's final ACK comes one round trip after our SYN-ACK, well under a
 # millisecond inside a cluster and a few across zones. The whole of it is
@@ -191,9 +193,9 @@ def close_after_queue_drains(sockets: Iterable[socket.socket], timeout: float) -
     deadline = start + timeout
     settled = start + (HANDSHAKE_SETTLE if any(filtered) else 0.0)
     pause = threading.Event()
-    # The first look comes one pause after the filter: a SYN that passed it just
-    # before (on another CPU) has its handshake under way by then.
-    pause.wait(_POLL_INTERVAL if any(filtered) else 0.0)
+    # The first look comes a moment after the filter: a SYN that passed it just
+    # before, in a softirq on another CPU (microseconds), has its handshake under way by then.
+    pause.wait(_FILTER_SETTLE if any(filtered) else 0.0)
     waiting = _queued(socks)
     while (waiting or _settling(socks, settled)) and time.monotonic() < deadline:
         pause.wait(_POLL_INTERVAL)
