@@ -155,6 +155,27 @@ def test_a_handshake_under_way_is_seen(listener: socket.socket) -> None:
 
 
 @linux_only
+def test_an_ipv4_handshake_on_a_dual_stack_listener_is_seen() -> None:
+    """A [::] listener (not IPv6-only): an IPv4 client's handshake under way on it is counted."""
+    if not socket.has_ipv6:
+        pytest.skip("no IPv6 here")
+    try:
+        sock = socket.socket(socket.AF_INET6)
+        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        sock.bind(("::", 0))
+    except OSError as exc:
+        pytest.skip(f"no dual-stack listener here: {exc}")
+    with sock:
+        sock.listen(8)
+        _hold_handshakes(sock)
+        with socket.create_connection(("127.0.0.1", sock.getsockname()[1]), timeout=5):
+            deadline = time.monotonic() + 5
+            while handshakes_under_way([sock]) != 1 and time.monotonic() < deadline:
+                time.sleep(0.005)
+            assert handshakes_under_way([sock]) == 1
+
+
+@linux_only
 def test_a_handshake_under_way_gets_time_to_complete(listener: socket.socket) -> None:
     """With a handshake under way and an empty queue, the listener stays up HANDSHAKE_SETTLE seconds."""
     _hold_handshakes(listener)
