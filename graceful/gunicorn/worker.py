@@ -168,8 +168,9 @@ class WorkerShutdown:
         gevent = worker.gevent_servers()
         worker.wrap_app(lambda app: GracefulMiddleware(app, lifecycle))
         lifecycle.resume_after_fork()  # forked during the delay: its sampler, now that threads may start
-        worker.guard_accept()
         loop = worker.gthread_loop()
+        # A listener the master shut down: gthread's loop stops accepting (and waits in its poller); sync pauses.
+        worker.guard_accept(None if loop is None else loop.stop_accepting)
         gthread = None if loop is None else GthreadStop(loop)
         self.stop.install(lifecycle.config.drain_timeout, gthread, gevent, self._start_http2())
         lifecycle.run_post_start_hooks()

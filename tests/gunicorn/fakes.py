@@ -312,6 +312,8 @@ class FakeWorker:
         self._gthread = gthread
         self.calls: list[str] = []
         self.term_notes: list[TermHandler] = []
+        #: What guard_accept was given to call on a listener shut down (None: sync's pause).
+        self.accept_guard: Callable[[], None] | None = None
         #: Set once the worker leaves its loop (Gunicorn's SIGTERM handler ran).
         self.left_loop = threading.Event()
 
@@ -347,8 +349,9 @@ class FakeWorker:
     def wrap_app(self, wrap: Callable[[Any], Any]) -> None:
         self.wsgi = wrap(self.wsgi)
 
-    def guard_accept(self) -> None:
+    def guard_accept(self, stop_accepting: Callable[[], None] | None = None) -> None:
         self.calls.append("guard accept")
+        self.accept_guard = stop_accepting
 
     def gthread_loop(self) -> GthreadLoop | None:
         return self._gthread

@@ -15,6 +15,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from types import FrameType, SimpleNamespace
 from typing import Any
@@ -25,6 +26,7 @@ from gunicorn.app.base import BaseApplication
 from gunicorn.arbiter import Arbiter
 from gunicorn.workers.sync import SyncWorker
 
+from graceful.gunicorn.adapter import worker as worker_adapter
 from graceful.gunicorn.adapter.arbiter import ArbiterAdapter, ExitStatus
 from graceful.gunicorn.adapter.release import GunicornMissing
 from graceful.gunicorn.adapter.worker import WorkerAdapter
@@ -338,6 +340,83 @@ class TestWorkerProbe:
                 listener.accept()
             assert raw.value.errno == errno.EINVAL  # what the guard is for
             assert worker.accept(listener) is None
+
+    def test_the_pause_after_a_shut_down_listener_ends_when_a_signal_arrives(
+        self, environment: None, workers: list[Any], monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """guard_accept's pause ends on a byte in Gunicorn's signal pipe (the wakeup fd), not at its 30 s bound."""
+        worker = worker_of(workers, arbiter_of())
+        read, write = os.pipe()
+        os.set_blocking(read, False)
+        worker.PIPE = [read, write]  # made by Gunicorn's init_process, which this test does not run
+        monkeypatch.setattr(worker_adapter, "_ACCEPT_PAUSE", 30.0)
+        WorkerAdapter.probe(worker).guard_accept()
+        returned = threading.Event()
+
+        def signals() -> None:  # what Python's C-level handler does for each signal, until the pause ends
+            for _ in range(1000):
+                os.write(write, bytes([signal.SIGTERM]))
+                if returned.wait(0.01):
+                    return
+
+        sender = threading.Thread(target=signals)
+        try:
+            with socket.socket() as listener:
+                listener.bind(("127.0.0.1", 0))
+                listener.listen(1)
+                listener.shutdown(socket.SHUT_RD)
+                started = time.monotonic()
+                sender.start()
+                assert worker.accept(listener) is None
+                returned.set()
+                assert time.monotonic() - started < 10  # woken, far before the 30 s bound
+        finally:
+            returned.set()
+            sender.join(timeout=15)
+            os.close(read)
+            os.close(write)
+
+    def test_with_stop_accepting_a_shut_down_listener_stops_the_accepting_instead_of_pausing(
+        self, environment: None, workers: list[Any], monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """guard_accept(stop_accepting) (gthread): EINVAL calls it and returns at once, with no pause (30 s here)."""
+        worker = worker_of(workers, arbiter_of())
+        monkeypatch.setattr(worker_adapter, "_ACCEPT_PAUSE", 30.0)
+        stopped: list[bool] = []
+        WorkerAdapter.probe(worker).guard_accept(lambda: stopped.append(True))
+        with socket.socket() as listener:
+            listener.bind(("127.0.0.1", 0))
+            listener.listen(1)
+            listener.shutdown(socket.SHUT_RD)
+            started = time.monotonic()
+            assert worker.accept(listener) is None
+            assert time.monotonic() - started < 10 and stopped == [True]
+
+    def test_a_worker_already_leaving_does_not_pause_and_earlier_signals_are_drained(
+        self, environment: None, workers: list[Any], monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """alive False (TERM handled): no pause; bytes of earlier signals are read, so none ends a later pause."""
+        worker = worker_of(workers, arbiter_of())
+        read, write = os.pipe()
+        os.set_blocking(read, False)
+        worker.PIPE = [read, write]
+        monkeypatch.setattr(worker_adapter, "_ACCEPT_PAUSE", 30.0)
+        WorkerAdapter.probe(worker).guard_accept()
+        os.write(write, bytes([signal.SIGUSR1, signal.SIGTERM]))
+        worker.alive = False
+        try:
+            with socket.socket() as listener:
+                listener.bind(("127.0.0.1", 0))
+                listener.listen(1)
+                listener.shutdown(socket.SHUT_RD)
+                started = time.monotonic()
+                assert worker.accept(listener) is None
+                assert time.monotonic() - started < 10  # no 30 s pause
+            with pytest.raises(BlockingIOError):
+                os.read(read, 1)  # drained
+        finally:
+            os.close(read)
+            os.close(write)
 
     def test_a_missing_internal_is_refused_in_one_line(self) -> None:
         """A worker without an internal graceful uses: one line naming the release and what is missing."""

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from graceful.gunicorn.adapter.gevent import record_servers
+from graceful.gunicorn.adapter.gevent import WorkerLoopTicks, record_servers
 
 
 class StreamServer:
@@ -118,3 +118,77 @@ class TestRecordServers:
         assert module is None or getattr(module, "StreamServer", None) in (None, object)
         [line] = [record.getMessage() for record in caplog.records]
         assert "gevent worker has no StreamServer to record" in line
+
+
+class FakeGevent:
+    """The ``gevent`` module as Gunicorn's gevent worker calls it: ``sleep`` recorded, never slept."""
+
+    def __init__(self) -> None:
+        self.slept: list[float] = []
+
+    def sleep(self, seconds: float = 0) -> None:
+        self.slept.append(seconds)
+
+    def spawn(self, function: Any) -> str:
+        return "spawned"
+
+
+class FakePool:
+    """gevent's Pool as the ticks wait on it: ``join(timeout)`` recorded (True: empty)."""
+
+    def __init__(self) -> None:
+        self.joined: list[float] = []
+
+    def join(self, timeout: float | None = None) -> bool:
+        self.joined.append(timeout if timeout is not None else -1.0)
+        return True
+
+
+class TestWorkerLoopTicks:
+    @pytest.fixture
+    def worker(self, ggevent: SimpleNamespace) -> SimpleNamespace:
+        """A gevent worker's module with its ``gevent``, record_servers installed, one server with a pool."""
+        ggevent.gevent = FakeGevent()
+        state = SimpleNamespace(alive=True, module=ggevent, real=ggevent.gevent)
+        state.recorded = record_servers(lambda: state.alive)
+        state.server = ggevent.StreamServer("127.0.0.1:8000")
+        state.server.pool = FakePool()
+        return state
+
+    def test_record_servers_puts_the_ticks_in_the_workers_gevent_once(self, worker: SimpleNamespace) -> None:
+        """The worker module's gevent becomes the ticks (sleep ours, the rest gevent's); a second call wraps nothing."""
+        ticks = worker.module.gevent
+        assert isinstance(ticks, WorkerLoopTicks)
+        assert ticks.spawn(print) == "spawned"
+        record_servers(lambda: worker.alive)
+        assert worker.module.gevent._gevent is worker.real
+
+    def test_the_serving_tick_ends_when_the_worker_stops(self, ggevent: SimpleNamespace) -> None:
+        """alive at the tick; the servers stop accepting and the TERM lands: it ends, no gevent sleep, no pool wait."""
+        ggevent.gevent = real = FakeGevent()
+        answers = iter([True, False])  # alive when the tick begins; Gunicorn's SIGTERM handler ran when it ends
+        recorded = record_servers(lambda: next(answers))
+        assert recorded is not None
+        server = ggevent.StreamServer("127.0.0.1:8000")
+        server.pool = FakePool()
+        recorded.stop_accepting()  # before the tick here: its wait ends at once instead of after the set
+        ggevent.gevent.sleep(1.0)
+        assert real.slept == [] and server.pool.joined == []
+        assert next(answers, "both asked") == "both asked"
+
+    def test_a_worker_that_still_serves_after_it_stopped_accepting_ticks_as_before(
+        self, worker: SimpleNamespace
+    ) -> None:
+        """Stopped accepting but alive (sockets another process serves, before its TERM): gevent's own tick, no spin."""
+        worker.recorded.stop_accepting()
+        worker.module.gevent.sleep(1.0)
+        worker.module.gevent.sleep(1.0)
+        assert len(worker.real.slept) == 2 and all(0.5 < seconds <= 1.0 for seconds in worker.real.slept)
+
+    def test_the_draining_tick_waits_for_the_pools_to_empty(self, worker: SimpleNamespace) -> None:
+        """Not alive (Gunicorn waits for its connections): the tick is a wait for the pools, bounded by it."""
+        worker.alive = False
+        worker.module.gevent.sleep(1.0)
+        assert worker.real.slept == []
+        [timeout] = worker.server.pool.joined
+        assert 0.5 < timeout <= 1.0

@@ -153,6 +153,19 @@ class TestStart:
         assert "guard accept" in fake.calls
         assert started.wait(SOON)
 
+    def test_a_shut_down_listener_makes_gthreads_loop_stop_accepting(self, master: Master) -> None:
+        """gthread: accept() on a listener the master shut down stops the loop's accepting (no pause); sync: none."""
+        loop = FakeGthreadLoop()
+        fake = FakeWorker("gthread", gthread=loop)
+        signal.signal(signal.SIGTERM, gunicorns_term_handler(fake))
+        worker_of(fake, master).start()
+        assert fake.accept_guard is not None
+        fake.accept_guard()
+        assert loop.calls.count("stop accepting") == 1
+        sync = FakeWorker("sync")
+        worker_of(sync, master).start()
+        assert "guard accept" in sync.calls and sync.accept_guard is None
+
     def test_a_cleanup_task_longer_than_gunicorns_wait_is_refused(self, master: Master) -> None:
         """A cleanup task the master's graceful_timeout cannot wait for stops the worker's boot."""
         fake = FakeWorker(graceful_timeout=10)

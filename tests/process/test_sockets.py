@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import socket
+import struct
 import sys
 import threading
 import time
@@ -12,11 +14,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from graceful.process import sockets
 from graceful.process.sockets import (
     HANDSHAKE_SETTLE,
     accept_queue_length,
     close_after_queue_drains,
     drop_new_handshakes,
+    handshakes_under_way,
     wait_for_queues_to_drain,
 )
 
@@ -129,6 +133,15 @@ def test_queued_connections_are_accepted_before_the_listener_stops(listener: soc
         _connect(listener)
 
 
+def _hold_handshakes(sock: socket.socket) -> None:
+    """A socket filter on listener ``sock`` that drops the handshake's final ACK: handshakes stay under way."""
+    # A = TCP flags & (SYN|ACK); an ACK without SYN -> drop; anything else -> keep.
+    program = ((0x30, 0, 0, 13), (0x54, 0, 0, 0x12), (0x15, 0, 1, 0x10), (0x06, 0, 0, 0), (0x06, 0, 0, 0xFFFFFFFF))
+    code = b"".join(struct.pack("HBBI", *instruction) for instruction in program)
+    buffer = ctypes.create_string_buffer(code, len(code))
+    sock.setsockopt(socket.SOL_SOCKET, 26, struct.pack("HP", len(program), ctypes.addressof(buffer)))
+
+
 @linux_only
 def test_waiting_for_the_queue_leaves_the_listener_to_its_owner(listener: socket.socket) -> None:
     """wait_for_queues_to_drain returns once what is queued is accepted, the socket still listening
@@ -146,11 +159,79 @@ def test_waiting_for_the_queue_leaves_the_listener_to_its_owner(listener: socket
 
 
 @linux_only
-def test_handshakes_under_way_get_time_to_complete(listener: socket.socket) -> None:
-    """With an empty queue the listener still stays up HANDSHAKE_SETTLE seconds before it stops."""
+def test_a_handshake_under_way_is_seen(listener: socket.socket) -> None:
+    """handshakes_under_way counts a SYN_RECV on the listener's port (its final ACK held back), 0 otherwise."""
+    assert handshakes_under_way([listener]) == 0
+    _hold_handshakes(listener)
+    with _connect(listener):  # the client is connected; the listener never got its ACK
+        deadline = time.monotonic() + 5
+        while handshakes_under_way([listener]) != 1 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert handshakes_under_way([listener]) == 1
+        assert accept_queue_length(listener) == 0  # not queued: still a handshake
+
+
+@linux_only
+def test_an_ipv4_handshake_on_a_dual_stack_listener_is_seen() -> None:
+    """A [::] listener (not IPv6-only): an IPv4 client's handshake under way on it is counted."""
+    if not socket.has_ipv6:
+        pytest.skip("no IPv6 here")
+    try:
+        sock = socket.socket(socket.AF_INET6)
+        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        sock.bind(("::", 0))
+    except OSError as exc:
+        pytest.skip(f"no dual-stack listener here: {exc}")
+    with sock:
+        sock.listen(8)
+        _hold_handshakes(sock)
+        with socket.create_connection(("127.0.0.1", sock.getsockname()[1]), timeout=5):
+            deadline = time.monotonic() + 5
+            while handshakes_under_way([sock]) != 1 and time.monotonic() < deadline:
+                time.sleep(0.005)
+            assert handshakes_under_way([sock]) == 1
+
+
+@linux_only
+def test_a_handshake_under_way_gets_time_to_complete(listener: socket.socket) -> None:
+    """With a handshake under way and an empty queue, the listener stays up HANDSHAKE_SETTLE seconds."""
+    _hold_handshakes(listener)
+    with _connect(listener):
+        deadline = time.monotonic() + 5
+        while handshakes_under_way([listener]) != 1 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        start = time.monotonic()
+        assert close_after_queue_drains([listener], 10.0) == 0
+        assert time.monotonic() - start >= HANDSHAKE_SETTLE
+
+
+@linux_only
+def test_with_no_handshake_under_way_the_listener_stops_at_the_first_look(
+    listener: socket.socket, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing queued and no handshake under way: one look, then the listener stops (no fixed settle)."""
+    looks: list[int] = []
+    monkeypatch.setattr(sockets, "handshakes_under_way", lambda socks: looks.append(len(socks)) or 0)
+    assert close_after_queue_drains([listener], 10.0) == 0
+    assert looks == [1]
+    with pytest.raises(ConnectionRefusedError):
+        _connect(listener)
+
+
+@linux_only
+def test_where_handshakes_cannot_be_seen_the_whole_settle_is_waited(
+    listener: socket.socket, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """handshakes_under_way cannot say (None): the listener stays up HANDSHAKE_SETTLE seconds, as before."""
+    monkeypatch.setattr(sockets, "handshakes_under_way", lambda socks: None)
     start = time.monotonic()
     assert close_after_queue_drains([listener], 10.0) == 0
     assert time.monotonic() - start >= HANDSHAKE_SETTLE
+
+
+def test_handshakes_on_no_tcp_listener_are_none(unix_listener: tuple[socket.socket, str]) -> None:
+    """A Unix listener has no handshakes: 0, without asking the kernel."""
+    assert handshakes_under_way([unix_listener[0]]) == 0
 
 
 @linux_only

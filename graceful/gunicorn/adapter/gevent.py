@@ -20,6 +20,14 @@ rest (the worker's part renews the lifecycle's events and locks first,
   ``accept()`` stops it accepting, with one INFO line, instead of gevent's
   traceback and its "failed with [Errno 22]" line.
 
+* ``run()`` ticks with ``gevent.sleep(1.0)``: once a second while it serves
+  (looking at ``alive``), once a second while its connections finish. Its
+  module global ``gevent`` is replaced, in this process only, by a stand-in
+  whose ``sleep`` ends early (:class:`WorkerLoopTicks`): the serving tick when
+  the worker stops accepting, the draining tick when the servers' pools are
+  empty. Without it the worker leaves its loop up to a second after its TERM,
+  and exits up to a second after its last request.
+
 Never close a server's socket early: a connection accepted just before,
 whose greenlet has not started yet, would find its listener gone
 (``getsockname()``: EBADF) and be reset. Gunicorn's own stop closes them at
@@ -36,11 +44,14 @@ import errno
 import logging
 import os
 import sys
+import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 from graceful.gunicorn.adapter.release import gunicorn_release
 
-__all__ = ["GeventServers", "record_servers"]
+__all__ = ["GeventServers", "WorkerLoopTicks", "record_servers"]
 
 logger = logging.getLogger(__name__)
 
@@ -50,19 +61,62 @@ class GeventServers:
 
     def __init__(self) -> None:
         self.servers: list[Any] = []
+        #: Set once the servers stopped accepting: the worker's serving tick ends (made after gevent's patch).
+        self.stopped = threading.Event()
 
     def stop_accepting(self) -> None:
         """No server accepts here any more; the sockets stay open (Gunicorn closes them). Any greenlet; idempotent."""
         for server in list(self.servers):
             server.stop_accepting_for_good()
+        self.stopped.set()
+
+    def wait_empty(self, timeout: float) -> None:
+        """Main greenlet: wait until no server's pool holds a connection, up to ``timeout`` s."""
+        deadline = time.monotonic() + timeout
+        for server in list(self.servers):
+            pool = getattr(server, "pool", None)
+            if pool is not None:
+                pool.join(timeout=max(0.0, deadline - time.monotonic()))
 
 
-def record_servers() -> GeventServers | None:
+class WorkerLoopTicks:
+    """``gevent`` as Gunicorn's gevent worker ``run()`` sees it: a ``sleep`` that ends on the event, not the tick.
+
+    Everything but ``sleep`` is gevent's. ``run()`` calls ``gevent.sleep(1.0)``
+    only in its two loops (main greenlet): while ``alive()``, the tick ends
+    when the servers stop accepting (the worker's stop, or a listener the
+    master shut down); if the worker still serves then (it stops accepting on
+    sockets another process serves, before its TERM), the tick runs its
+    course. Once not ``alive()``, Gunicorn waits for its connections: the
+    tick ends when the pools are empty. Every tick keeps its bound.
+    """
+
+    def __init__(self, gevent: Any, servers: GeventServers, alive: Callable[[], bool]) -> None:
+        self._gevent = gevent
+        self._servers = servers
+        self._alive = alive
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._gevent, name)
+
+    def sleep(self, seconds: float = 0, *args: Any, **kwargs: Any) -> None:
+        """Main greenlet: Gunicorn's tick, ended early by what it is waiting for."""
+        started = time.monotonic()
+        if not self._alive():
+            self._servers.wait_empty(seconds)  # Gunicorn's drain looks at the pools next
+        elif not self._servers.stopped.wait(seconds) or self._alive():
+            # Still serving (or never stopped): the rest of the tick, as gevent's own sleep.
+            self._gevent.sleep(max(0.0, seconds - (time.monotonic() - started)), *args, **kwargs)
+
+
+def record_servers(alive: Callable[[], bool] = lambda: True) -> GeventServers | None:
     """``post_worker_init`` of a gevent worker (main greenlet): record and quiet the servers it will build.
 
     Returns the recorded servers, or None (logged once) when this Gunicorn's
     gevent worker does not build its servers from
-    ``gunicorn.workers.ggevent.StreamServer``.
+    ``gunicorn.workers.ggevent.StreamServer``. Its loop's ticks end on their
+    events (:class:`WorkerLoopTicks`; ``alive``: the worker's ``alive``) where
+    the module calls ``gevent.sleep``.
     """
     module = sys.modules.get("gunicorn.workers.ggevent")
     base = getattr(module, "StreamServer", None)
@@ -108,4 +162,7 @@ def record_servers() -> GeventServers | None:
                 return None
 
     module.StreamServer = QuietStreamServer  # type: ignore[union-attr]  # found above
+    gevent = getattr(module, "gevent", None)
+    if callable(getattr(gevent, "sleep", None)) and not isinstance(gevent, WorkerLoopTicks):
+        module.gevent = WorkerLoopTicks(gevent, recorded, alive)  # type: ignore[union-attr]  # found above
     return recorded

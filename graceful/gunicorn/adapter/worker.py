@@ -12,8 +12,10 @@ fake worker can drive a worker's whole stop in a unit test.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
+import select
 import threading
 from collections.abc import Callable
 from types import FrameType
@@ -34,6 +36,8 @@ TermHandler = Callable[[int, "FrameType | None"], object]
 # What graceful reads or calls on every worker class and release (probed in post_fork).
 _NEEDED = ("alive", "nr", "max_requests", "sockets", "cfg", "handle_exit")
 _NEEDED_CFG = ("graceful_timeout", "set")
+#: Upper bound (s) on one pause of accept() on a listener that was shut down (a signal ends it sooner).
+_ACCEPT_PAUSE = 0.01
 
 
 class Worker(Protocol):
@@ -71,8 +75,11 @@ class Worker(Protocol):
     def wrap_app(self, wrap: Callable[[Any], Any]) -> None:
         """``post_worker_init``: serve ``wrap(app)`` instead of the app."""
 
-    def guard_accept(self) -> None:
-        """Make ``accept()`` on a listener that was shut down idle briefly instead of crashing the worker."""
+    def guard_accept(self, stop_accepting: Callable[[], None] | None = None) -> None:
+        """Make ``accept()`` on a listener that was shut down stop accepting, or idle briefly, instead of crashing.
+
+        ``stop_accepting`` (gthread's): called instead of idling; the main loop then waits in its poller.
+        """
 
     def gthread_loop(self) -> GthreadLoop | None:
         """``post_worker_init`` of a gthread worker: its main loop, or None."""
@@ -159,17 +166,23 @@ class WorkerAdapter:
 
         self._worker.handle_exit = handle_exit
 
-    def guard_accept(self) -> None:
-        """Make ``accept()`` on a listener that was shut down idle briefly instead of crashing the worker.
+    def guard_accept(self, stop_accepting: Callable[[], None] | None = None) -> None:
+        """Make ``accept()`` on a listener that was shut down stop accepting, or idle, instead of crashing.
 
         sync and gthread accept in a method (gevent in its servers: see
         :mod:`.gevent`). The master's TERM follows within milliseconds;
         exiting here instead would let Gunicorn fork a replacement in between.
+        Called once, in ``post_worker_init``. With ``stop_accepting`` (gthread's
+        main loop: :meth:`.gthread.GthreadLoop.stop_accepting`) the listeners
+        leave the loop's poller, which the TERM's wake-up then ends at once.
+        Without (sync), each accept pauses until a signal arrives, on the pipe
+        Gunicorn's ``init_signals`` made the wakeup fd (its ``PIPE``, looked up
+        here): the TERM ends the pause at once.
         """
         original: Callable[..., Any] | None = getattr(self._worker, "accept", None)
         if original is None:
             return
-        pause = threading.Event()
+        pause = _signal_pause(self._worker)
 
         def accept(*args: Any) -> Any:
             try:
@@ -179,7 +192,10 @@ class WorkerAdapter:
                     raise
                 # The listener was shut down (this server stopped listening):
                 # don't spin on it while waiting for the TERM.
-                pause.wait(0.01)
+                if stop_accepting is not None:
+                    stop_accepting()
+                else:
+                    pause(_ACCEPT_PAUSE)
                 return None
 
         self._worker.accept = accept
@@ -190,7 +206,7 @@ class WorkerAdapter:
 
     def gevent_servers(self) -> GeventServers | None:
         """``post_worker_init`` of a gevent worker, after its patch: its servers as Gunicorn builds them, or None."""
-        return record_servers() if self.kind == "gevent" else None
+        return record_servers(self.is_alive) if self.kind == "gevent" else None
 
     def http2(self, drain: Http2Drain) -> Http2Server | None:
         """See :meth:`Worker.http2` (:mod:`.http2`)."""
@@ -200,3 +216,35 @@ class WorkerAdapter:
     def pid(self) -> int:
         """This process's pid."""
         return os.getpid()
+
+
+def _signal_pause(worker: Any) -> Callable[[float], None]:
+    """``pause(seconds)``: wait up to ``seconds``, ending as soon as a signal arrives (worker main thread).
+
+    Gunicorn's ``init_signals`` (every release) makes the write end of its
+    ``PIPE`` the wakeup fd: Python's C-level handler writes each signal's
+    number there at once, even while the main thread waits. The pause drains
+    that pipe first (gthread never reads it; sync reads it only to wake, and
+    a pause returns to its loop, which looks at ``alive``), then waits for the
+    next byte. Without the pipe (not made yet, or another release's layout):
+    a plain pause.
+    """
+    pipe = getattr(worker, "PIPE", None)
+    wakeup = pipe[0] if isinstance(pipe, (list, tuple)) and len(pipe) == 2 and isinstance(pipe[0], int) else None
+    if wakeup is None:
+        event = threading.Event()
+
+        def plain_pause(seconds: float) -> None:
+            event.wait(seconds)
+
+        return plain_pause
+
+    def pause(seconds: float) -> None:
+        with contextlib.suppress(OSError):  # empty (non-blocking: BlockingIOError), or closed
+            while os.read(wakeup, 64):
+                pass
+        if worker.alive:  # the TERM's handler may have run already: its byte was just drained
+            with contextlib.suppress(OSError, ValueError):  # closed under us: the worker is leaving
+                select.select([wakeup], [], [], seconds)
+
+    return pause
