@@ -37,11 +37,16 @@ worker).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, cast
+
 from graceful.asgi.middleware import GracefulASGIMiddleware
 from graceful.core import default as _default
 from graceful.django.settings import SettingsError
 from graceful.http.health import DEFAULT_CHECK_TIMEOUT
 from graceful.http.long_running import LongRunning
+
+if TYPE_CHECKING:
+    from graceful.asgi.types import ASGIApp
 
 __all__ = ["APP_NAME", "get_asgi_application"]
 
@@ -76,8 +81,9 @@ def get_asgi_application(
             f"graceful.django.get_asgi_application(): {APP_NAME!r} is not in settings.INSTALLED_APPS:"
             f" add it, so that settings.GRACEFUL, the database checks and the connection cleanup apply"
         )
+    # Django's stubs type its handler's receive and send more narrowly than ASGI's; it is an ASGI 3 app.
     return GracefulASGIMiddleware(
-        handler,
+        cast("ASGIApp", handler),
         _default.default_lifecycle,
         long_running=long_running,
         check_timeout=check_timeout,
