@@ -40,6 +40,14 @@ def app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
     return [b"ok"]
 
 
+#: How each child of the exit-status tests ends, as a Python program.
+_ENDINGS = {
+    "exit 0": "pass",
+    "exit 5": "import sys; sys.exit(5)",
+    "SIGKILL": "import os, signal; os.kill(os.getpid(), signal.SIGKILL)",
+}
+
+
 class Application(BaseApplication):  # type: ignore[misc]  # Gunicorn has no type hints
     """A Gunicorn application configured in code, as an embedding program would."""
 
@@ -152,12 +160,9 @@ class TestArbiterActions:
         seen: dict[int, ExitStatus] = {}
         ArbiterAdapter.probe(arbiter).on_worker_exit(lambda pid, status: seen.__setitem__(pid, status))
         children = {}
-        for how in ("exit 0", "exit 5", "SIGKILL"):
-            pid = os.fork()
-            if pid == 0:  # the child: end as told, at once
-                if how == "SIGKILL":
-                    os.kill(os.getpid(), signal.SIGKILL)
-                os._exit(int(how.split()[1]))
+        # Children spawned, not forked: a fork from this multi-threaded process warns on Python 3.12+.
+        for how, code in _ENDINGS.items():
+            pid = os.posix_spawn(sys.executable, [sys.executable, "-c", code], os.environ)
             children[how] = pid
             arbiter.WORKERS[pid] = SimpleNamespace(tmp=SimpleNamespace(close=lambda: None), pid=pid)
         for pid in children.values():  # each one has ended (not reaped: WNOWAIT)
@@ -180,9 +185,7 @@ class TestArbiterActions:
         if not handled:  # Gunicorn 22-26: no dirty pool, nothing wrapped
             assert not hasattr(arbiter, "handle_dirty_arbiter_exit")
             return
-        pid = os.fork()
-        if pid == 0:
-            os.kill(os.getpid(), signal.SIGKILL)
+        pid = os.posix_spawn(sys.executable, [sys.executable, "-c", _ENDINGS["SIGKILL"]], os.environ)
         _, status = os.waitpid(pid, 0)
         arbiter.dirty_arbiter_pid = pid
         arbiter.handle_dirty_arbiter_exit(pid, status)
