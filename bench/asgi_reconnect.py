@@ -116,7 +116,8 @@ async def measure(kind: str, clients: int, delay: float) -> None:
     spread = f"{closes[0]:.3f}-{closes[-1]:.3f} s" if closes else "-"
     print(
         f"{kind:<9} clients {clients}: close codes {dict(codes)};"
-        f" connections per client {dict(sorted(opened.items()))}; attempts refused {refused}; closes after SIGTERM {spread}; exit status {proc.returncode}"
+        f" connections per client {dict(sorted(opened.items()))}; attempts refused {refused};"
+        f" closes after SIGTERM {spread}; exit status {proc.returncode}"
     )
 
 
