@@ -120,7 +120,7 @@ class AsgiStop:
         loop = self._loop.running_loop()
         deadline = started_at + drain_timeout
         lifespan_deadline = max(deadline, started_at + self.lifespan_until)
-        if loop is None or loop.is_closed():
+        if loop is None:
             on_loop_gone()
             return 0
         try:

@@ -45,6 +45,13 @@ INTERNALS = {
     "poller",
     "wsgi",
     "cfg",
+    # the ASGI workers (-k asgi, Uvicorn's): their servers, requests and Uvicorn's Server
+    "servers",
+    "must_close",
+    "server_state",
+    "should_exit",
+    "limit_max_requests",
+    "timeout_graceful_shutdown",
     # HTTP/2 (Gunicorn 27+): the config, the parser factory, HTTP2ServerConnection and its h2 connection
     "http_protocols",
     "get_parser",
