@@ -1,0 +1,250 @@
+"""End-to-end: Gunicorn 27's ASGI workers (``-k asgi``, uvicorn-worker, ``uvicorn.workers``) under graceful.
+
+Real Gunicorn, 2 workers, a real Starlette app (tests/live/asgi_workers_app.py),
+real clients: 4 requests of 2 s in flight at SIGTERM, 2 SSE streams and 2
+WebSockets open, a new request (and a /readyz probe) every 25 ms for 1 s
+after SIGTERM. Judged for graceful (in-flight lost 0, sent-after-SIGTERM
+failed 0, /readyz 503 from T0, WebSockets closed 1001 spread over the delay,
+SSE ended cleanly, the lifespan shutdown in every worker, exit 0 within the
+budget); plain Gunicorn's figures printed beside (marker ``plain``). Then
+HUP and max_requests recycling under keep-alive load: 0 failed. Delay 1 s;
+each scenario takes 4-6 s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import websockets
+
+from tests.e2e_harness import ROOT, clean_env, free_port
+
+pytestmark = [pytest.mark.e2e, pytest.mark.gunicorn, pytest.mark.asgi]
+
+GUNICORN = str(Path(sys.executable).with_name("gunicorn"))
+CLASSES = ["asgi", "uvicorn_worker.UvicornWorker", "uvicorn.workers.UvicornWorker"]
+DELAY = 1.0
+DRAIN = 5.0
+
+
+@dataclass
+class Figures:
+    """What one SIGTERM scenario measured."""
+
+    worker_class: str
+    in_flight: int = 0
+    in_flight_lost: int = 0
+    after_sent: int = 0
+    after_failed: int = 0
+    readyz: list[int] = field(default_factory=list)  # status of each /readyz after T0 (0: failed)
+    ws_codes: list[int | None] = field(default_factory=list)
+    ws_closed_at: list[float] = field(default_factory=list)
+    sse_clean: int = 0
+    startups: int = 0
+    shutdowns: int = 0
+    exit_status: int | None = None
+    exit_after: float = 0.0
+
+    def line(self, who: str) -> str:
+        spread = max(self.ws_closed_at) - min(self.ws_closed_at) if self.ws_closed_at else 0.0
+        ready_503 = bool(self.readyz) and all(status == 503 for status in self.readyz)
+        return (
+            f"{who} -k {self.worker_class}: in-flight lost {self.in_flight_lost}/{self.in_flight},"
+            f" sent after SIGTERM failed {self.after_failed}/{self.after_sent}, /readyz 503 from T0 {ready_503},"
+            f" WebSocket codes {self.ws_codes} closed at {[round(t, 2) for t in self.ws_closed_at]} s"
+            f" (spread {spread:.2f} s), SSE ended cleanly {self.sse_clean}/2,"
+            f" lifespan shutdown {self.shutdowns}/{self.startups} workers, exit {self.exit_status}"
+            f" after {self.exit_after:.2f} s"
+        )
+
+
+def start(worker_class: str, graceful: bool, marks: Path, *extra: str) -> tuple[subprocess.Popen[bytes], int]:
+    """Gunicorn with ``worker_class`` and 2 workers on a free port; returns once both workers started their app."""
+    port = free_port()
+    marks.mkdir(exist_ok=True)
+    env = clean_env({"ASGI_MARKS": str(marks), "GRACEFUL_SHUTDOWN_DELAY": str(DELAY)})
+    env["GRACEFUL_DRAIN_TIMEOUT"] = str(DRAIN)
+    env["PYTHONWARNINGS"] = "ignore::DeprecationWarning"  # uvicorn.workers says it is deprecated
+    config = ["-c", "python:graceful.conf"] if graceful else []
+    command = [GUNICORN, *config, "-k", worker_class, "-w", "2", "-b", f"127.0.0.1:{port}", "--keep-alive", "2"]
+    command += ["--control-socket", str(marks / "ctl"), *extra, "tests.live.asgi_workers_app:app"]
+    with (marks / "gunicorn.log").open("ab") as log:  # the child keeps its own descriptor
+        proc = subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if len(list(marks.glob("startup-*"))) >= 2:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/", timeout=1).status_code == 200:
+                    return proc, port
+            except httpx.HTTPError:
+                pass
+        if proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    proc.kill()
+    proc.wait(10)
+    raise AssertionError(f"Gunicorn -k {worker_class} did not start: {(marks / 'gunicorn.log').read_text()[-2000:]}")
+
+
+async def sigterm_scenario(proc: subprocess.Popen[bytes], port: int, figures: Figures) -> None:
+    """The load of the module docstring; SIGTERM to the master at T0."""
+    base = f"http://127.0.0.1:{port}"
+    loop = asyncio.get_running_loop()
+    t0 = 0.0
+
+    async def websocket() -> None:
+        try:
+            async with websockets.connect(f"ws://127.0.0.1:{port}/ws", open_timeout=5) as ws:
+                while True:
+                    await ws.send("x")
+                    await ws.recv()
+                    await asyncio.sleep(0.05)
+        except websockets.ConnectionClosed as closed:
+            figures.ws_codes.append(closed.rcvd.code if closed.rcvd is not None else None)
+            figures.ws_closed_at.append(loop.time() - t0)
+        except OSError:
+            figures.ws_codes.append(None)
+
+    async def stream(client: httpx.AsyncClient) -> None:
+        try:
+            async with client.stream("GET", f"{base}/sse", headers={"Accept": "text/event-stream"}) as response:
+                async for _ in response.aiter_bytes():
+                    pass
+            figures.sse_clean += 1
+        except httpx.HTTPError:
+            pass
+
+    async def slow(client: httpx.AsyncClient) -> None:
+        try:
+            response = await client.get(f"{base}/slow?s=2")
+            if response.status_code != 200:
+                figures.in_flight_lost += 1
+        except httpx.HTTPError:
+            figures.in_flight_lost += 1
+
+    async def after(client: httpx.AsyncClient, path: str) -> int:
+        try:
+            return (await client.get(f"{base}{path}")).status_code
+        except httpx.HTTPError:
+            return 0
+
+    timeout = httpx.Timeout(10.0)
+    async with httpx.AsyncClient(timeout=timeout) as streams, httpx.AsyncClient(timeout=timeout) as slows:
+        long_lived = [asyncio.ensure_future(websocket()) for _ in range(2)]
+        long_lived += [asyncio.ensure_future(stream(streams)) for _ in range(2)]
+        await asyncio.sleep(0.3)
+        figures.in_flight = 4
+        in_flight = [asyncio.ensure_future(slow(slows)) for _ in range(4)]
+        await asyncio.sleep(0.3)
+        t0 = loop.time()
+        proc.send_signal(signal.SIGTERM)
+        started = time.monotonic()
+        pending: list[asyncio.Future[int]] = []
+        probes: list[asyncio.Future[int]] = []
+        async with httpx.AsyncClient(timeout=timeout, limits=httpx.Limits(max_keepalive_connections=0)) as fresh:
+            while loop.time() - t0 < 1.0:
+                pending.append(asyncio.ensure_future(after(fresh, "/")))
+                probes.append(asyncio.ensure_future(after(fresh, "/readyz")))
+                await asyncio.sleep(0.025)
+            answers = await asyncio.gather(*pending)
+            figures.readyz = list(await asyncio.gather(*probes))
+        figures.after_sent = len(answers)
+        figures.after_failed = sum(1 for status in answers if status != 200)
+        await asyncio.wait_for(asyncio.gather(*in_flight), 15)
+        done, _ = await asyncio.wait(long_lived, timeout=15)
+        for task in long_lived:
+            if task not in done:
+                task.cancel()
+        status = await loop.run_in_executor(None, proc.wait, 30)
+        figures.exit_status = status
+        figures.exit_after = time.monotonic() - started
+
+
+def sigterm_run(worker_class: str, graceful: bool, tmp_path: Path) -> Figures:
+    marks = tmp_path / "marks"
+    proc, port = start(worker_class, graceful, marks)
+    figures = Figures(worker_class)
+    try:
+        asyncio.run(sigterm_scenario(proc, port, figures))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(10)
+    figures.startups = len(list(marks.glob("startup-*")))
+    figures.shutdowns = len(list(marks.glob("shutdown-*")))
+    return figures
+
+
+@pytest.mark.parametrize("worker_class", CLASSES)
+def test_sigterm_keeps_the_promise(worker_class: str, tmp_path: Path) -> None:
+    """Under load at SIGTERM: nothing lost, /readyz 503 from T0, WebSockets 1001 spread, SSE clean, lifespan, exit 0."""
+    figures = sigterm_run(worker_class, True, tmp_path)
+    print(figures.line("graceful"))
+    assert figures.in_flight_lost == 0
+    assert figures.after_sent > 20 and figures.after_failed == 0
+    assert figures.readyz and all(status == 503 for status in figures.readyz)
+    assert figures.ws_codes == [1001, 1001]
+    # Spread over the delay, not in one instant: the two goodbyes are apart (the window is the delay's).
+    assert max(figures.ws_closed_at) - min(figures.ws_closed_at) > 0.1
+    assert max(figures.ws_closed_at) <= DELAY + 0.5
+    assert figures.sse_clean == 2
+    assert figures.startups >= 2 and figures.shutdowns == figures.startups
+    assert figures.exit_status == 0
+    assert figures.exit_after < DELAY + DRAIN + 5  # within graceful_timeout's budget, far from it
+
+
+@pytest.mark.plain
+@pytest.mark.parametrize("worker_class", CLASSES)
+def test_plain_gunicorn_figures(worker_class: str, tmp_path: Path) -> None:
+    """Plain Gunicorn under the same load: its figures, printed, never judged."""
+    print(sigterm_run(worker_class, False, tmp_path).line("plain"))
+
+
+async def keep_alive_load(port: int, seconds: float, during: Any) -> tuple[int, int]:
+    """4 keep-alive clients for ``seconds``; ``during()`` is called after a third of it. (sent, failed)."""
+    sent = failed = 0
+    end = time.monotonic() + seconds
+
+    async def client() -> None:
+        nonlocal sent, failed
+        async with httpx.AsyncClient(timeout=10) as session:
+            while time.monotonic() < end:
+                sent += 1
+                try:
+                    if (await session.get(f"http://127.0.0.1:{port}/")).status_code != 200:
+                        failed += 1
+                except httpx.HTTPError:
+                    failed += 1
+
+    tasks = [asyncio.ensure_future(client()) for _ in range(4)]
+    await asyncio.sleep(seconds / 3)
+    during()
+    await asyncio.gather(*tasks)
+    return sent, failed
+
+
+@pytest.mark.parametrize("worker_class", CLASSES)
+def test_hup_and_max_requests_recycle_without_a_failure(worker_class: str, tmp_path: Path) -> None:
+    """max_requests 100 (jitter 20) and a HUP under keep-alive load: every request answered 200."""
+    marks = tmp_path / "marks"
+    proc, port = start(worker_class, True, marks, "--max-requests", "100", "--max-requests-jitter", "20")
+    try:
+        sent, failed = asyncio.run(keep_alive_load(port, 3.0, lambda: proc.send_signal(signal.SIGHUP)))
+        recycled = len(list(marks.glob("startup-*"))) - 2
+        print(f"graceful -k {worker_class}: HUP and max_requests: {failed} failed of {sent}; {recycled} workers replaced")
+        assert sent > 200 and failed == 0
+        assert recycled >= 3  # the HUP's two, and at least one max_requests
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        status = proc.wait(30)
+    assert status == 0
+    assert len(list(marks.glob("shutdown-*"))) == len(list(marks.glob("startup-*")))
