@@ -7,17 +7,20 @@
     graceful check deployment.yaml
     graceful timeline shutdown.json -o timeline.svg
 
-``serve`` runs the single-process server (graceful.serve.server) with its whole
-shutdown timeline; settings come from ``GRACEFUL_*`` environment variables
+``serve`` runs the single-process server with its whole shutdown timeline: a
+WSGI app on graceful.serve.server (Werkzeug's request handling), an ASGI app on
+Uvicorn (graceful.uvicorn.server; ``pip install 'graceful-wsgi[asgi]'``),
+decided once the app is loaded; settings come from ``GRACEFUL_*`` environment variables
 (graceful.core.config). ``check`` is ``graceful.kubernetes.command``'s own command line,
 ``timeline`` ``graceful.timeline``'s (exit 2 and one line for a file that is
 not a shutdown record, or without matplotlib).
 
 Exit status of ``serve``: 0 after a graceful shutdown; 1 on a second signal,
 a failed server loop or an overrun grace period (or when the address is in
-use); 2 for a usage error, a bad ``GRACEFUL_*`` value, a budget that cannot
-fit the grace period, or an app that cannot be found (one line on standard
-error, no traceback).
+use; an ASGI app: a failed lifespan startup); 2 for a usage error, a bad
+``GRACEFUL_*`` value, a budget that cannot fit the grace period, an app that
+cannot be found, or an ASGI app without a Uvicorn graceful can drive (one line
+on standard error, no traceback).
 
 ``probe`` asks a health port once (graceful.healthport.probe): exit 0 on a
 200, 1 on anything else, 2 for a usage error. It is dispatched before
@@ -125,7 +128,7 @@ def _parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(
         prog="graceful",
-        description="Kubernetes-grade graceful shutdown for threaded WSGI servers.",
+        description="Kubernetes-grade graceful shutdown for threaded WSGI servers and Uvicorn.",
         epilog="Shutdown settings come from GRACEFUL_* environment variables (see the README).",
     )
     parser.add_argument("--version", action="version", version=f"graceful {__version__}")
@@ -133,11 +136,12 @@ def _parser() -> argparse.ArgumentParser:
 
     serve = commands.add_parser(
         "serve",
-        help="serve a WSGI app in one process, with graceful shutdown",
-        description="Serve a WSGI app with Werkzeug's request handling on a bounded thread pool; SIGTERM or"
-        " SIGINT runs the graceful shutdown (a second one exits 1 at once).",
+        help="serve a WSGI or ASGI app in one process, with graceful shutdown",
+        description="Serve a WSGI app with Werkzeug's request handling on a bounded thread pool, or an ASGI app"
+        " on Uvicorn (pip install 'graceful-wsgi[asgi]'); SIGTERM or SIGINT runs the graceful shutdown (a second"
+        " one exits 1 at once).",
     )
-    serve.add_argument("app", metavar="MODULE:APP", help="the WSGI app, as module:attr or module:factory()")
+    serve.add_argument("app", metavar="MODULE:APP", help="the WSGI or ASGI app, as module:attr or module:factory()")
     serve.add_argument(
         "-b",
         "--bind",
@@ -150,15 +154,17 @@ def _parser() -> argparse.ArgumentParser:
         "-t",
         "--threads",
         type=whole_number,
-        default=DEFAULT_THREADS,
-        help=f"request threads (default: {DEFAULT_THREADS})",
+        default=None,
+        help=f"request threads of a WSGI app (default: {DEFAULT_THREADS}); an ASGI app is served on one event"
+        " loop, this does not apply",
     )
     serve.add_argument(
         "--keep-alive",
         type=seconds,
         default=DEFAULT_KEEP_ALIVE,
         metavar="SECONDS",
-        help=f"seconds an idle HTTP/1.1 connection stays open; 0: no keep-alive (default: {DEFAULT_KEEP_ALIVE:g})",
+        help=f"seconds an idle HTTP/1.1 connection stays open; 0: no keep-alive (default: {DEFAULT_KEEP_ALIVE:g};"
+        " an ASGI app: Uvicorn's timeout_keep_alive)",
     )
     serve.add_argument(
         "--health-bind",
@@ -215,9 +221,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    """``graceful serve``: import the app, check the settings, serve, exit."""
+    """``graceful serve``: import the app, check the settings, serve (WSGI or ASGI), exit."""
+    from graceful.http.apps import is_asgi_app
     from graceful.process.termination import report_file_problem
-    from graceful.serve.server import AppImportError, load_app, serve, wrap_app
+    from graceful.serve.server import DEFAULT_THREADS, AppImportError, load_app, serve, wrap_app
 
     logging.basicConfig(
         level=args.log_level.upper(),
@@ -230,6 +237,8 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         # The app module may build a graceful.flask.Graceful: that reads GRACEFUL_* values.
         app = load_app(args.app)
+        if is_asgi_app(app):  # decided once, here: an ASGI app is served on Uvicorn
+            return _serve_asgi(args, app)
         app, lifecycle = wrap_app(app)
         lifecycle.check_budget()  # reads the config and checks it fits GRACEFUL_GRACE_PERIOD
     except (AppImportError, ConfigError) as exc:
@@ -242,12 +251,46 @@ def _serve(args: argparse.Namespace) -> int:
         app,
         host,
         port,
-        threads=args.threads,
+        threads=DEFAULT_THREADS if args.threads is None else args.threads,
         lifecycle=lifecycle,
         keep_alive=args.keep_alive,
         access_log=args.access_log,
         health_bind=args.health_bind,
     )
+    lifecycle.exit(status)
+
+
+def _serve_asgi(args: argparse.Namespace, app: object) -> int:
+    """``graceful serve`` of an ASGI app: on Uvicorn (graceful.uvicorn.server), the same settings and timeline."""
+    from graceful.process.termination import report_file_problem
+    from graceful.uvicorn.adapter import UvicornMissing, UvicornRefused
+    from graceful.uvicorn.server import serve_asgi, wrap_asgi_app
+
+    try:
+        app, lifecycle = wrap_asgi_app(app)
+        lifecycle.check_budget()
+    except (ConfigError, ValueError) as exc:
+        return _error(str(exc))
+    problem = report_file_problem(lifecycle.config.report_file)
+    if problem is not None:
+        return _error(problem)
+    if args.threads is not None:
+        logging.getLogger(__name__).warning(
+            "graceful: --threads applies to WSGI apps; this ASGI app is served on one event loop"
+        )
+    host, port = args.bind
+    try:
+        status = serve_asgi(
+            app,
+            host,
+            port,
+            lifecycle=lifecycle,
+            keep_alive=args.keep_alive,
+            access_log=args.access_log,
+            health_bind=args.health_bind,
+        )
+    except (UvicornMissing, UvicornRefused) as exc:
+        return _error(str(exc))
     lifecycle.exit(status)
 
 

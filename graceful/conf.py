@@ -7,7 +7,7 @@ Use it as it is::
 
 or compose it with your own config file::
 
-    from graceful.conf import *          # the server hooks and graceful_timeout
+    from graceful.conf import *          # the server hooks, graceful_timeout, dirty_graceful_timeout
     import graceful
 
     @graceful.pre_shutdown_hook("deregister", timeout=3)

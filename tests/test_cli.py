@@ -7,6 +7,7 @@ import os
 import socket
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -262,3 +263,20 @@ class TestServeStartUpErrors:
         """GRACEFUL_HEALTH_BIND=:8081 exits 2 naming it, before anything listens."""
         status, output = run_serve(processes, "examples.wsgi_app:app", GRACEFUL_HEALTH_BIND=":8081")
         assert status == 2 and "GRACEFUL_HEALTH_BIND=':8081' is not allowed" in output and "Traceback" not in output
+
+
+class TestServeAsgi:
+    def test_an_asgi_app_without_uvicorn_exits_2_saying_what_to_install(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """serve decides the app is ASGI once loaded; without Uvicorn: exit 2, one line naming the extra."""
+        module = tmp_path / "bare_asgi_app.py"
+        module.write_text("async def app(scope, receive, send):\n    pass\n")
+        monkeypatch.syspath_prepend(str(tmp_path))
+        monkeypatch.setitem(sys.modules, "uvicorn", None)
+        assert main(["serve", "bare_asgi_app:app", "--bind", "127.0.0.1:0"]) == 2
+        err = capsys.readouterr().err
+        assert err == (
+            "graceful serve: error: serving an ASGI app needs Uvicorn, which is not installed:"
+            " pip install 'graceful-wsgi[asgi]'\n"
+        )

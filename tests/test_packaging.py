@@ -35,6 +35,7 @@ FILE_NAME = DIST_NAME.replace("-", "_")
 EXTRAS = {
     "flask": ["flask", "graceful.flask"],
     "django": ["django"],
+    "asgi": ["uvicorn", "graceful.uvicorn.server"],
     "gevent": ["gevent", "packaging"],
     "prometheus": ["prometheus_client"],
     "http2": ["h2"],

@@ -45,6 +45,7 @@ class TestPublicPaths:
         import graceful.gunicorn.hooks
 
         expected = {
+            "dirty_graceful_timeout",
             "graceful_timeout",
             "nworkers_changed",
             "on_exit",

@@ -54,7 +54,6 @@ passes the connection through. A server wraps an app only when
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
@@ -65,6 +64,7 @@ from graceful.core import default as _default
 from graceful.core.gate import Refusal
 from graceful.core.lifecycle import Lifecycle
 from graceful.core.stats import REASON_SHUTTING_DOWN
+from graceful.http.apps import is_asgi_app
 from graceful.http.health import DEFAULT_CHECK_TIMEOUT, HealthChecks
 from graceful.http.long_running import LongRunning, is_long_running
 from graceful.http.probes import CHECK_PREFIXES, METRICS_PATH, ROOT_PATHS, answer_probe
@@ -155,7 +155,9 @@ class GracefulASGIMiddleware:
         self._enter(None)
         if self._in_flight.waiting:
             self._leave()
-            return await send_reply(send, scope, refusal_reply(self._gate.refuse_draining()))
+            return await send_reply(
+                send, scope, refusal_reply(self._gate.refuse_draining()), close=_closes(scope, True)
+            )
         try:
             await self.app(scope, receive, send)
         finally:
@@ -169,19 +171,19 @@ class GracefulASGIMiddleware:
         if not gate.unhindered:
             refusal = gate.check()
             if refusal is not None:
-                return await send_reply(send, scope, refusal_reply(refusal))
+                return await self._refuse(send, scope, refusal)
         long_running = self.long_running
         if _EVENT_STREAM in scope["headers"] or (long_running is not None and is_long_running(long_running, scope)):
             return await self._stream(scope, receive, send)
         if gate.limited:
             release: Callable[[], object] | Refusal = gate.take_slot()
             if isinstance(release, Refusal):
-                return await send_reply(send, scope, refusal_reply(release))
+                return await self._refuse(send, scope, release)
         else:
             self._enter(None)
             if self._in_flight.waiting:
                 self._leave()
-                return await send_reply(send, scope, refusal_reply(gate.refuse_draining()))
+                return await self._refuse(send, scope, gate.refuse_draining())
             release = _Once(self._leave)
         if gate.shutdown_initiated.fired_at is None:  # only a max_in_flight: nothing more to do
             try:
@@ -212,7 +214,15 @@ class GracefulASGIMiddleware:
         query = scope.get("query_string", b"")
         text = query.decode("latin-1") if isinstance(query, bytes) else ""
         answer = await _off_loop(answer_probe, self.health, scope.get("method"), path, text)
-        await send_reply(send, scope, answer)
+        await send_reply(send, scope, answer, close=self._closes(scope))
+
+    async def _refuse(self, send: Send, scope: Scope, refusal: Refusal) -> None:
+        """Answer a request the gate refused (429 or 503, Retry-After)."""
+        await send_reply(send, scope, refusal_reply(refusal), close=self._closes(scope))
+
+    def _closes(self, scope: Scope) -> bool:
+        """Whether graceful's own answer on this connection gets ``Connection: close`` now."""
+        return _closes(scope, self._gate.shutdown_initiated.fired_at is not None)
 
     # -- WebSocket, lifespan and the rest --------------------------------------------------------------
 
@@ -311,9 +321,14 @@ def _is_event_stream(message: Message) -> bool:
     return False
 
 
-async def send_reply(send: Send, scope: Scope, answer: Reply) -> None:
-    """Send one of graceful's answers (:class:`graceful.http.replies.Reply`); no body for HEAD."""
+async def send_reply(send: Send, scope: Scope, answer: Reply, *, close: bool = False) -> None:
+    """Send one of graceful's answers (:class:`graceful.http.replies.Reply`); no body for HEAD.
+
+    ``close``: with ``Connection: close`` (an HTTP/1.1 answer during a shutdown).
+    """
     headers = [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in answer.headers]
+    if close:
+        headers.append((b"connection", b"close"))
     await send({"type": "http.response.start", "status": answer.status, "headers": headers})
     body = b"" if scope.get("method") == "HEAD" else answer.body
     await send({"type": "http.response.body", "body": body, "more_body": False})
@@ -363,16 +378,3 @@ def has_asgi_middleware(app: object, lifecycle: Lifecycle | None = None) -> bool
         if lifecycle is None or declared is lifecycle:
             return True
     return False
-
-
-def is_asgi_app(app: object) -> bool:
-    """True for an ASGI 3 application: a coroutine function, or an object whose ``__call__`` is one.
-
-    As Uvicorn decides it (``asyncio.iscoroutinefunction`` of the app or its
-    ``__call__``); a WSGI app, ``(environ, start_response)`` returning an
-    iterable, is not one.
-    """
-    if inspect.iscoroutinefunction(app):
-        return True
-    call = getattr(app, "__call__", None)  # noqa: B004 (the method itself, not whether app is callable)
-    return call is not None and inspect.iscoroutinefunction(call)

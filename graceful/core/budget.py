@@ -12,7 +12,9 @@ A shutdown must fit the orchestrator's grace period (Kubernetes'
 Under Gunicorn the master waits ``graceful_timeout`` for its workers after the
 first half; that wait must cover a worker's drain and cleanup
 (:func:`graceful_timeout_problem`) and still end inside the grace period
-(:meth:`Budget.graceful_timeout_overrun`). Every value is in seconds.
+(:meth:`Budget.graceful_timeout_overrun`). Gunicorn 27's dirty pool stops
+after them and gets what is left (:func:`derived_dirty_graceful_timeout`).
+Both are derived when the user leaves them unset. Every value is in seconds.
 
 Pure functions of numbers: used by :class:`graceful.Config` at start-up, by
 the lifecycle with the hooks it has registered, by the Gunicorn wing in the
@@ -23,11 +25,24 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Collection
 
-__all__ = ["BUDGET_MARGIN", "Budget", "derived_graceful_timeout", "graceful_timeout_problem", "seconds_left"]
+__all__ = [
+    "BUDGET_MARGIN",
+    "MIN_DIRTY_GRACEFUL_TIMEOUT",
+    "Budget",
+    "derived_dirty_graceful_timeout",
+    "derived_graceful_timeout",
+    "graceful_timeout_problem",
+    "seconds_left",
+]
 
 #: Seconds the budget keeps spare for process exit and signal delivery.
 BUDGET_MARGIN = 1.0
+
+#: The least ``dirty_graceful_timeout`` (s) graceful accepts or derives: Gunicorn's dirty workers get
+#: a TERM and this long to finish their task and exit before its dirty arbiter kills them.
+MIN_DIRTY_GRACEFUL_TIMEOUT = 1.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,31 +94,84 @@ class Budget:
             " terminationGracePeriodSeconds) or lower the others"
         )
 
+    def room_after(self, graceful_timeout: float, grace_period: float) -> float:
+        """Seconds ``grace_period`` leaves after the first half and Gunicorn's wait for its HTTP workers.
+
+        What is left for Gunicorn 27's dirty pool, stopped after those workers
+        (see :func:`derived_dirty_graceful_timeout`); negative when nothing is.
+        """
+        return grace_period - self.first_half - graceful_timeout
+
     def graceful_timeout_overrun(
-        self, graceful_timeout: float, grace_period: float, dirty_graceful_timeout: float = 0.0
+        self,
+        graceful_timeout: float,
+        grace_period: float,
+        dirty_graceful_timeout: float | None = None,
+        *,
+        derived: Collection[str] = (),
     ) -> str | None:
-        """Why Gunicorn's wait for its workers after the first half would end past ``grace_period``, or None.
+        """Why Gunicorn's waits after the first half would end past ``grace_period``, or None.
 
         ``dirty_graceful_timeout``: Gunicorn 27's dirty pool, stopped after the
-        HTTP workers (0: no dirty pool).
+        HTTP workers (None: no dirty pool); it needs at least
+        :data:`MIN_DIRTY_GRACEFUL_TIMEOUT`. ``derived`` names the values
+        graceful derived (``"graceful_timeout"``, ``"dirty_graceful_timeout"``):
+        the message advises changing only what the user set, and never to
+        leave unset what already is.
         """
-        end = self.first_half + graceful_timeout + dirty_graceful_timeout
-        if end <= grace_period:
+        dirty = dirty_graceful_timeout
+        end = self.first_half + graceful_timeout + (dirty or 0.0)
+        if end <= grace_period and (dirty is None or dirty >= MIN_DIRTY_GRACEFUL_TIMEOUT):
             return None
-        dirty = f" + dirty_graceful_timeout {dirty_graceful_timeout:g}s" if dirty_graceful_timeout else ""
-        lower = "graceful_timeout (or leave it unset)" + (
-            " or dirty_graceful_timeout" if dirty_graceful_timeout else ""
+        gt_derived = "graceful_timeout" in derived
+        first = f"max(shutdown_delay, longest pre-shutdown hook) {self.first_half:g}s"
+        waits = f"Gunicorn's graceful_timeout {graceful_timeout:g}s" + (
+            " (derived: drain_timeout + longest cleanup task + margin)" if gt_derived else ""
         )
-        return (
-            f"graceful: max(shutdown_delay, longest pre-shutdown hook) {self.first_half:g}s + Gunicorn's"
-            f" graceful_timeout {graceful_timeout:g}s{dirty} = {end:g}s > GRACEFUL_GRACE_PERIOD"
-            f" {grace_period:g}s: lower {lower} or raise the grace period"
-        )
+        room = self.room_after(graceful_timeout, grace_period)
+        if dirty is None:
+            what = f"{first} + {waits} = {end:g}s > GRACEFUL_GRACE_PERIOD {grace_period:g}s"
+        elif "dirty_graceful_timeout" in derived:
+            what = (
+                f"Gunicorn's dirty pool gets what GRACEFUL_GRACE_PERIOD {grace_period:g}s leaves after {first} +"
+                f" {waits}: {max(room, 0.0):g}s, less than the {MIN_DIRTY_GRACEFUL_TIMEOUT:g}s its"
+                " dirty_graceful_timeout needs"
+            )
+        else:
+            what = (
+                f"{first} + {waits} + dirty_graceful_timeout {dirty:g}s = {end:g}s > GRACEFUL_GRACE_PERIOD"
+                f" {grace_period:g}s"
+            )
+        fixes = []
+        if not gt_derived:
+            fixes.append("lower graceful_timeout (or leave it unset: graceful derives it)")
+        if dirty is not None and "dirty_graceful_timeout" not in derived:
+            fits = f" to {math.floor(room):d}s or less" if room >= MIN_DIRTY_GRACEFUL_TIMEOUT else ""
+            fixes.append(f"lower dirty_graceful_timeout{fits} (or leave it unset: graceful gives it what is left)")
+        if gt_derived:
+            fixes.append("lower GRACEFUL_SHUTDOWN_DELAY, GRACEFUL_DRAIN_TIMEOUT or GRACEFUL_HOOK_TIMEOUT")
+        fixes.append("raise GRACEFUL_GRACE_PERIOD (and terminationGracePeriodSeconds)")
+        return f"graceful: {what}: {', or '.join(fixes)}"
 
 
-def derived_graceful_timeout(drain_timeout: float, hook_timeout: float) -> int:
-    """Gunicorn's ``graceful_timeout`` when the user leaves it unset: a worker's drain and cleanup, and the margin."""
-    return math.ceil(drain_timeout + hook_timeout + BUDGET_MARGIN)
+def derived_graceful_timeout(drain_timeout: float, longest_cleanup: float) -> int:
+    """Gunicorn's ``graceful_timeout`` when the user leaves it unset: a worker's drain and cleanup, and the margin.
+
+    ``longest_cleanup``: the longest cleanup task the master knows of, at least
+    ``hook_timeout`` (what a task a worker registers later gets by default).
+    """
+    return math.ceil(drain_timeout + longest_cleanup + BUDGET_MARGIN)
+
+
+def derived_dirty_graceful_timeout(room: float) -> int:
+    """Gunicorn 27's ``dirty_graceful_timeout`` when the user leaves it unset: the whole seconds in ``room``.
+
+    ``room`` is :meth:`Budget.room_after` Gunicorn's ``graceful_timeout``: the
+    dirty pool stops after the HTTP workers, when the requests that used it
+    are done, so it gets what the grace period has left (0 when nothing is:
+    :meth:`Budget.graceful_timeout_overrun` refuses that).
+    """
+    return max(0, math.floor(room))
 
 
 def graceful_timeout_problem(graceful_timeout: float, drain_timeout: float, longest_cleanup: float) -> str | None:

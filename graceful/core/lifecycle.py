@@ -205,16 +205,6 @@ class Lifecycle(Registrations):
                 extra=self.log_fields("delay_ended"),
             )
 
-    @property
-    def run_pre_shutdown_hooks(self) -> bool:
-        """False in a process that serves but does not own the server (a Gunicorn worker): :class:`Role`."""
-        return self.role.runs_pre_shutdown_hooks
-
-    @property
-    def serves_requests(self) -> bool:
-        """False in a process that serves no requests (a Gunicorn master): no samples taken. :class:`Role`."""
-        return self.role.serves_requests
-
     def become_master(self, server: str, worker_class: str) -> None:
         """A Gunicorn master, main thread, ``on_starting``: it runs the delay and the hooks, serves nothing."""
         self.role = Role.MASTER
@@ -241,7 +231,7 @@ class Lifecycle(Registrations):
             self._timeline_running = True  # the config in force is the one this shutdown runs with
             if self._pre_batch is None:
                 hooks = self.registry.close(PRE_SHUTDOWN_HOOK, "shutdown has begun")
-                if not self.run_pre_shutdown_hooks:
+                if not self.role.runs_pre_shutdown_hooks:
                     hooks = []
                 self._pre_batch = HookBatch(
                     PRE_SHUTDOWN_HOOK,
@@ -506,7 +496,7 @@ class Lifecycle(Registrations):
         t0 = self.shutdown_initiated.fired_at
         assert t0 is not None
         self.stats.begin(t0, self.config.shutdown_delay)
-        if self.serves_requests and self._sampler is None:
+        if self.role.serves_requests and self._sampler is None:
             limit = min(MAX_SAMPLES, math.ceil(self.config.grace_period / SAMPLE_INTERVAL) + 2)
             # Weakly: a lifecycle dropped mid-shutdown (a test's) does not keep a sampler thread going.
             sample = weakref.WeakMethod(self._sample)

@@ -503,7 +503,7 @@ def report_of(
         # A process that serves no requests (a Gunicorn master) has no late window of its own.
         late_from=(
             None
-            if stats.shutdown_at is None or not lifecycle.serves_requests
+            if stats.shutdown_at is None or not lifecycle.role.serves_requests
             else stats.shutdown_at + (1 - LATE_SHARE) * lifecycle.config.shutdown_delay - t0
         ),
         last_arrival=_minus(stats.last_arrival_at, t0),

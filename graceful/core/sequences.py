@@ -90,7 +90,9 @@ def drain_and_clean_up(lifecycle: Lifecycle, drain_timeout: float) -> None:
     lifecycle.drain(drain_timeout)  # wait for the in-flight requests, up to drain_timeout
     lifecycle.in_flight_requests_drained.fire()  # InFlightRequestsDrained (or drain_timeout)
     lifecycle.close_listeners()  # retry-after mode: HTTPServerStoppedListening only now
-    lifecycle.run_cleanup_tasks()  # every cleanup task at once, each bounded by its timeout
+    # Every cleanup task at once, each bounded by its timeout; graceful serve of an ASGI app adds one: the
+    # long-lived connections seen out, then Uvicorn's shutdown and the app's lifespan shutdown (graceful.uvicorn).
+    lifecycle.run_cleanup_tasks()
     lifecycle.cleanup_finished.fire()  # CleanupFinished: the process may exit 0
 
 
@@ -115,6 +117,8 @@ class MasterSide(Protocol):
 
     lifecycle: Lifecycle
     phase: MasterPhase
+    #: Set by another thread (the health port giving up its address) to stop the server as a first TERM does.
+    stop_requested: bool
 
     def stops_alone(self) -> bool:
         """Main thread: True when a USR2 peer serves the same sockets on (it logs whose): a process stop."""
@@ -183,6 +187,9 @@ def master_on_loop_pass(master: MasterSide) -> None:
     """Main thread, each pass of Gunicorn's main loop (at least once a second, at once when woken)."""
     if master.phase is MasterPhase.HANDED_OVER:
         master_stop(master)
+    elif master.stop_requested and master.phase is MasterPhase.SERVING:
+        master.stop_requested = False
+        master_on_term(master)  # a stop asked for by graceful itself: as the first TERM, never a second one
 
 
 def master_stop(master: MasterSide) -> None:

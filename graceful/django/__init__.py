@@ -28,7 +28,13 @@ server that imports the project's ``wsgi.py``), the app
 Register your own hooks and checks with the usual decorators
 (``@graceful.cleanup_task(...)``), e.g. in your app's ``AppConfig.ready()``.
 
-Serving: under ``gunicorn -c python:graceful.django.conf mysite.wsgi`` every
+ASGI (``mysite/asgi.py``, served by ``graceful serve mysite.asgi``, Uvicorn
+or a Gunicorn ASGI worker): one import changes (:mod:`graceful.django.asgi`)::
+
+    from graceful.django import get_asgi_application
+    application = get_asgi_application()
+
+Serving WSGI: under ``gunicorn -c python:graceful.django.conf mysite.wsgi`` every
 worker wraps the app in :class:`graceful.GracefulMiddleware` and the master
 reads ``settings.GRACEFUL`` too (:mod:`graceful.django.conf`); ``graceful
 serve mysite.wsgi`` wraps it as well: nothing to add to ``wsgi.py``. Under
@@ -41,9 +47,25 @@ in ``wsgi.py``::
 when ``wsgi.py`` has that line, but has no shutdown timeline (Ctrl+C stops it
 at once, no drain, no cleanup tasks).
 
-Importing this package imports nothing from Django; its modules do.
+Importing this package imports nothing from Django; its modules do
+(``get_asgi_application`` is imported on first use).
 """
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from graceful.django.asgi import get_asgi_application
+
+
+def __getattr__(name: str) -> object:
+    """``graceful.django.get_asgi_application``, imported on first use: importing the package imports no Django."""
+    if name == "get_asgi_application":
+        from graceful.django.asgi import get_asgi_application
+
+        return get_asgi_application
+    raise AttributeError(f"module 'graceful.django' has no attribute {name!r}")
+
+
+__all__ = ["get_asgi_application"]

@@ -15,11 +15,17 @@ Which config, the first that applies:
    (:mod:`graceful.django.discover`: ``DJANGO_SETTINGS_MODULE``, or the
    literal a generated ``wsgi.py`` sets), over the defaults.
 
-Then ``graceful_timeout``: graceful.conf sets it to :data:`DERIVED` (0, a
-value no graceful server can run with), which stands for "derive it" from
-the resolved settings (:func:`graceful.core.budget.derived_graceful_timeout`);
-any other value (``--graceful-timeout``, your own config file) is the user's
-and is checked, never changed.
+Then ``graceful_timeout`` and Gunicorn 27's ``dirty_graceful_timeout``:
+graceful.conf sets both to :data:`DERIVED` (0, a value no graceful server
+can run with), which stands for "derive it" from the resolved settings and
+the hooks registered by then (:func:`derive_timeouts`): the HTTP workers' wait
+covers a worker's drain and its longest cleanup task
+(:func:`graceful.core.budget.derived_graceful_timeout`), and the dirty pool,
+stopped after them, gets what the grace period has left
+(:func:`graceful.core.budget.derived_dirty_graceful_timeout`). Any other value
+(``--graceful-timeout``, ``--dirty-graceful-timeout``, your own config file)
+is the user's and is checked, never changed. Gunicorn before 25 ignores the
+``dirty_graceful_timeout`` name.
 
 Each worker inherits the master's config at fork. An app that configures
 other values for the server in a worker (Flask's ``app.config``, a Django
@@ -32,15 +38,17 @@ with. The fields a worker may set for itself are
 
 from __future__ import annotations
 
-from graceful.core.budget import derived_graceful_timeout
+import dataclasses
+
+from graceful.core.budget import Budget, derived_dirty_graceful_timeout, derived_graceful_timeout
 from graceful.core.config import Config, env_name
 from graceful.core.lifecycle import Lifecycle
 from graceful.django.discover import find_settings
 from graceful.gunicorn.adapter.arbiter import Arbiter
 
-__all__ = ["DERIVED", "apply_graceful_timeout", "refusal", "resolve"]
+__all__ = ["DERIVED", "derive_timeouts", "longest_cleanup", "refusal", "registered_budget", "resolve"]
 
-#: graceful.conf's ``graceful_timeout``: derive it from the settings in ``on_starting``.
+#: graceful.conf's ``graceful_timeout`` and ``dirty_graceful_timeout``: derive them in ``on_starting``.
 DERIVED = 0
 
 
@@ -54,10 +62,37 @@ def resolve(arbiter: Arbiter, lifecycle: Lifecycle) -> Config:
     return config
 
 
-def apply_graceful_timeout(arbiter: Arbiter, config: Config) -> None:
-    """``on_starting``/``on_reload``: derive Gunicorn's ``graceful_timeout`` unless the user chose one."""
+def longest_cleanup(lifecycle: Lifecycle) -> float:
+    """The longest cleanup task a worker may run (s): those registered by now, and ``hook_timeout``, which
+    a task the app registers later in a worker gets unless it says otherwise."""
+    return max(lifecycle.longest_cleanup_timeout(), lifecycle.config.hook_timeout)
+
+
+def registered_budget(lifecycle: Lifecycle) -> Budget:
+    """The budget with the pre-shutdown hooks registered by ``on_starting``: all there will be (the config
+    file's, or the app's with ``preload_app``; workers refuse them), so none counts ``hook_timeout``."""
+    return dataclasses.replace(lifecycle.budget(), longest_pre_shutdown_hook=lifecycle.longest_pre_shutdown_timeout())
+
+
+def derive_timeouts(arbiter: Arbiter, lifecycle: Lifecycle) -> frozenset[str]:
+    """``on_starting``/``on_reload``: derive Gunicorn's waits the user left unset; the names of those derived.
+
+    ``graceful_timeout`` first, then ``dirty_graceful_timeout`` (only with a
+    dirty pool) from what the first leaves of the grace period. A dirty pool
+    that gets less than :data:`~graceful.core.budget.MIN_DIRTY_GRACEFUL_TIMEOUT`
+    is set to what there is (0 at least) and refused by
+    :meth:`~graceful.core.budget.Budget.graceful_timeout_overrun`.
+    """
+    config = lifecycle.config
+    derived = set()
     if arbiter.graceful_timeout() == DERIVED:
-        arbiter.set_graceful_timeout(derived_graceful_timeout(config.drain_timeout, config.hook_timeout))
+        arbiter.set_graceful_timeout(derived_graceful_timeout(config.drain_timeout, longest_cleanup(lifecycle)))
+        derived.add("graceful_timeout")
+    if arbiter.dirty_pool_configured() and arbiter.dirty_graceful_timeout() == DERIVED:
+        room = registered_budget(lifecycle).room_after(arbiter.graceful_timeout(), config.grace_period)
+        arbiter.set_dirty_graceful_timeout(derived_dirty_graceful_timeout(room))
+        derived.add("dirty_graceful_timeout")
+    return frozenset(derived)
 
 
 def refusal(master: Config, worker: Config) -> str | None:

@@ -48,14 +48,23 @@ is refused. When the old master begins to stop (its ShutdownInitiated, or
 Gunicorn's ``stop()`` for a quick stop), or dies, it closes the pipe's write
 end and stops accepting; the new master reads end-of-file and answers from
 then on. The socket never closed, so no probe was refused in between.
-Another server still holding the address (not a USR2 child of ours): the
-port retries binding every 0.5 s in the background.
+Another process still holding the address at start-up (not a USR2 child
+of ours): the server starts, and the port's thread tries again every 0.5 s
+for up to the grace period (for as long as a USR2 old master lives, then the
+grace period), logging when it starts waiting, when it binds and when it
+gives up (:mod:`graceful.healthport.bindwait`). Meanwhile every worker's
+readiness check ``healthport`` fails until the master's word
+(:class:`AddressState`, shared memory), so ``/readyz`` on the app's port
+fails. At the bound the master stops the server,
+as a SIGTERM would: probes that reach another process say nothing about this
+one (docs/health-port.md says why it stops rather than serve on without).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import mmap
 import os
 import socket
 import time
@@ -68,6 +77,7 @@ from graceful.gunicorn.adapter.arbiter import Arbiter
 from graceful.gunicorn.channel import Kind, MasterChannel, Received
 from graceful.gunicorn.metrics import ServerMetrics, WorkerMetrics
 from graceful.healthport.address import HealthAddress
+from graceful.healthport.bindwait import BindWait
 from graceful.healthport.runner import HealthRunner
 from graceful.healthport.server import HealthPort, register_at_fork_weakly
 from graceful.healthport.snapshot import Snapshot
@@ -78,7 +88,7 @@ from graceful.wsgi.middleware import as_middleware
 if TYPE_CHECKING:
     from graceful.gunicorn.worker import WorkerShutdown
 
-__all__ = ["MasterHealth", "start_worker_health"]
+__all__ = ["HEALTHPORT_CHECK", "AddressState", "MasterHealth", "start_worker_health"]
 
 logger = logging.getLogger(__name__)
 
@@ -89,6 +99,40 @@ DEFAULT_LIVENESS_BOUND = 30.0
 #: Set in a USR2 re-exec's environment only. Not GRACEFUL_*: those are settings, and unknown ones are refused.
 FD_ENV = "_GRACEFUL_HEALTH_FD"
 HANDOFF_ENV = "_GRACEFUL_HEALTH_HANDOFF_FD"
+#: The workers' readiness check once the health port had to wait for its address.
+HEALTHPORT_CHECK = "healthport"
+
+
+class AddressState:
+    """Whether the master's health port has its address: one byte of anonymous shared memory.
+
+    Made by the master in ``on_starting`` (before the first fork) when the
+    address is in use; the port's thread writes it once (:data:`BOUND` or
+    :data:`GAVE_UP`), every forked worker reads it in its readiness check
+    ``healthport`` (:meth:`check`), which passes once the port is bound.
+    """
+
+    WAITING, BOUND, GAVE_UP = 0, 1, 2
+
+    def __init__(self) -> None:
+        # Anonymous and MAP_SHARED (mmap's default): the forked workers see the master's writes.
+        self._memory = mmap.mmap(-1, mmap.PAGESIZE)
+
+    def set(self, state: int) -> None:
+        """The master (the port's thread): the address is bound, or given up."""
+        self._memory[0] = state
+
+    def get(self) -> int:
+        """Any process of the server: :data:`WAITING`, :data:`BOUND` or :data:`GAVE_UP`."""
+        return self._memory[0]
+
+    def check(self) -> None:
+        """A worker's readiness check ``healthport`` (its check thread): raise until the master's port is bound."""
+        state = self.get()
+        if state == self.WAITING:
+            raise RuntimeError("the health port is waiting for its address, in use by another process")
+        if state == self.GAVE_UP:
+            raise RuntimeError("the health port's address stayed in use: the server is stopping")
 
 
 class MasterHealth:
@@ -100,8 +144,17 @@ class MasterHealth:
     :class:`~graceful.healthport.view.Sources`, on the port's thread.
     """
 
-    def __init__(self, arbiter: Arbiter, lifecycle: Lifecycle, address: HealthAddress, channel: MasterChannel) -> None:
+    def __init__(
+        self,
+        arbiter: Arbiter,
+        lifecycle: Lifecycle,
+        address: HealthAddress,
+        channel: MasterChannel,
+        stop_server: Callable[[], None] = lambda: None,
+    ) -> None:
         self.arbiter = arbiter
+        # Stops the server as a first TERM does (the master's request_stop), from any thread.
+        self._stop_server = stop_server
         self.lifecycle = lifecycle
         self.address = address
         self._pid = os.getpid()
@@ -129,10 +182,31 @@ class MasterHealth:
         #: The server's metrics for /metrics: the master's, its workers', what exited workers counted.
         self.server_metrics = ServerMetrics(lifecycle, channel)
         register_at_fork_weakly(self, after_in_child="_after_fork_in_child")
-        self.port.bind(retry_in_use=True)
+        #: Whether the port has its address; None: it had it at once (or inherited it).
+        self.address_state: AddressState | None = None
+        wait = BindWait(
+            str(address),
+            lifecycle.config.grace_period,
+            time.monotonic(),
+            predecessor=arbiter.predecessor_pid,
+            on_bound=self._on_bound,
+            on_give_up=self._give_up,
+        )
+        self.port.bind(wait_in_use=wait)
+        if self.port.waiting_for_address:
+            # Before the first fork: every worker inherits the state and the check (kept once bound: it
+            # passes then, for the cost of one more check, only on a server whose address was in use).
+            self.address_state = AddressState()
+            lifecycle.readiness_check(HEALTHPORT_CHECK)(self.address_state.check)
 
     @classmethod
-    def create(cls, arbiter: Arbiter, lifecycle: Lifecycle, channel: MasterChannel) -> MasterHealth | None:
+    def create(
+        cls,
+        arbiter: Arbiter,
+        lifecycle: Lifecycle,
+        channel: MasterChannel,
+        stop_server: Callable[[], None] = lambda: None,
+    ) -> MasterHealth | None:
         """The health port of ``GRACEFUL_HEALTH_BIND``, bound; None when it is off. Raises RuntimeError.
 
         Refused at start-up: an address Gunicorn's ``bind`` also uses, and any
@@ -148,7 +222,7 @@ class MasterHealth:
                     f" {bind!r}: give the health port a port of its own"
                 )
         try:
-            return cls(arbiter, lifecycle, address, channel)
+            return cls(arbiter, lifecycle, address, channel, stop_server)
         except OSError as exc:
             raise RuntimeError(f"graceful: cannot listen on GRACEFUL_HEALTH_BIND={str(address)!r}: {exc}") from None
 
@@ -239,6 +313,21 @@ class MasterHealth:
         logger.info(
             "graceful: the old master stopped serving the health port %s: answering it", self.port.bound_address
         )
+
+    # -- graceful-health-port thread: an address in use at start-up ---------------------------------
+
+    def _on_bound(self) -> None:
+        """The address was in use and is bound now: the workers' readiness checks pass."""
+        if self.address_state is not None:
+            self.address_state.set(AddressState.BOUND)
+
+    def _give_up(self) -> None:
+        """Still in use at the bound: tell the workers, and stop the server as a SIGTERM does (once)."""
+        if self.address_state is not None:
+            self.address_state.set(AddressState.GAVE_UP)
+        if self.lifecycle.shutdown_initiated.is_set():
+            return  # stopping already
+        self._stop_server()
 
     # -- Sources of the view (the port's thread) --------------------------------------------------
 

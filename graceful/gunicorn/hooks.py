@@ -15,17 +15,18 @@ these hooks itself calls ours from it (``graceful.conf.post_fork(server, worker)
 Settings are resolved once, in ``on_starting``, by the master
 (:mod:`graceful.gunicorn.config`: the config file's, a preloaded app's, or
 ``GRACEFUL_*`` environment variables over the served Django project's
-``settings.GRACEFUL``); nothing is read at import. ``graceful_timeout`` is
-:data:`~graceful.gunicorn.config.DERIVED` here, which stands for "derive it"
-(drain_timeout + hook_timeout + 1 s, :mod:`graceful.core.budget`) in
-``on_starting``; a value the user sets is kept. A bad setting, a budget that
-cannot fit, or a ``graceful_timeout`` that pushes the shutdown past
-GRACEFUL_GRACE_PERIOD stops Gunicorn in ``on_starting`` with one line.
+``settings.GRACEFUL``); nothing is read at import. ``graceful_timeout`` and
+``dirty_graceful_timeout`` are :data:`~graceful.gunicorn.config.DERIVED`
+here, which stands for "derive it" in ``on_starting`` (drain_timeout + the
+longest cleanup task + 1 s; for Gunicorn 27's dirty pool, what the grace
+period leaves after that: :mod:`graceful.gunicorn.config`); a value the user
+sets is kept. A bad setting, a budget that cannot fit, or Gunicorn waits that
+push the shutdown past GRACEFUL_GRACE_PERIOD stop Gunicorn in ``on_starting``
+with one line, which names only what the user set and what to change.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from typing import Any
 
@@ -36,7 +37,7 @@ from graceful.gunicorn.adapter import attach, attached
 from graceful.gunicorn.adapter.arbiter import Arbiter, ArbiterAdapter
 from graceful.gunicorn.adapter.refusal import WorkerRefused
 from graceful.gunicorn.adapter.worker import WorkerAdapter
-from graceful.gunicorn.config import DERIVED, apply_graceful_timeout, resolve
+from graceful.gunicorn.config import DERIVED, derive_timeouts, longest_cleanup, registered_budget, resolve
 from graceful.gunicorn.health import start_worker_health
 from graceful.gunicorn.master import MasterShutdown
 from graceful.gunicorn.worker import WorkerShutdown
@@ -44,6 +45,7 @@ from graceful.gunicorn.worker_classes import refuse_unsupported
 from graceful.process.termination import report_file_problem
 
 __all__ = [
+    "dirty_graceful_timeout",
     "graceful_timeout",
     "nworkers_changed",
     "on_exit",
@@ -59,34 +61,35 @@ __all__ = [
     "worker_exit",
 ]
 
+logger = logging.getLogger(__name__)
+
 #: Gunicorn's setting, read when it loads this config: "derive it from graceful's settings in on_starting".
 graceful_timeout = DERIVED
+#: Gunicorn 27's dirty pool's (ignored before 25): "derive it from what the grace period leaves in on_starting".
+dirty_graceful_timeout = DERIVED
 
 
-def _check_settings(arbiter: Arbiter) -> None:
-    """Resolve the settings once, derive graceful_timeout; refuse what cannot work (RuntimeError: printed)."""
+def _check_settings(arbiter: Arbiter) -> frozenset[str]:
+    """Resolve the settings once, derive Gunicorn's waits left unset (their names returned); refuse what
+    cannot work (RuntimeError: printed)."""
     lifecycle = default_lifecycle
     try:
         config = resolve(arbiter, lifecycle)
         lifecycle.check_budget()
     except ConfigError as exc:
         raise RuntimeError(f"graceful: {exc}") from None
-    apply_graceful_timeout(arbiter, config)
+    derived = derive_timeouts(arbiter, lifecycle)
     chosen = arbiter.graceful_timeout()
-    # Cleanup tasks the app registers later get hook_timeout unless they say otherwise.
-    cleanup = max(lifecycle.longest_cleanup_timeout(), config.hook_timeout)
-    problem = graceful_timeout_problem(chosen, config.drain_timeout, cleanup)
-    # Every pre-shutdown hook is registered by now (the config file, or the app with
-    # preload_app; workers refuse them): Gunicorn's wait starts after those that are.
-    registered = dataclasses.replace(
-        lifecycle.budget(), longest_pre_shutdown_hook=lifecycle.longest_pre_shutdown_timeout()
-    )
-    problem = problem or registered.graceful_timeout_overrun(
-        chosen, config.grace_period, arbiter.dirty_graceful_timeout()
+    # Derived, it covers them by construction: only the user's value can fall short.
+    problem = graceful_timeout_problem(chosen, config.drain_timeout, longest_cleanup(lifecycle))
+    dirty = arbiter.dirty_graceful_timeout() if arbiter.dirty_pool_configured() else None
+    problem = problem or registered_budget(lifecycle).graceful_timeout_overrun(
+        chosen, config.grace_period, dirty, derived=derived
     )
     problem = problem or report_file_problem(config.report_file)
     if problem is not None:
         raise RuntimeError(problem)
+    return derived
 
 
 def _log_to_gunicorn(arbiter: ArbiterAdapter) -> None:
@@ -105,7 +108,13 @@ def on_starting(server: Any) -> None:
     arbiter = ArbiterAdapter.probe(server)
     refuse_unsupported(arbiter)
     _log_to_gunicorn(arbiter)
-    _check_settings(arbiter)
+    if "dirty_graceful_timeout" in _check_settings(arbiter):
+        logger.info(
+            "graceful: dirty_graceful_timeout derived: %gs, what GRACEFUL_GRACE_PERIOD leaves after the"
+            " delay and graceful_timeout (%gs)",
+            arbiter.dirty_graceful_timeout(),
+            arbiter.graceful_timeout(),
+        )
     master = MasterShutdown(arbiter, default_lifecycle)
     attach(server, master)
 

@@ -101,7 +101,9 @@ class MasterShutdown:
         lifecycle.adapter = self
         lifecycle.subscribe(self.on_signal)
         #: The health port (GRACEFUL_HEALTH_BIND), bound already; None when it is off.
-        self.health = MasterHealth.create(arbiter, lifecycle, self.channel)
+        #: See :meth:`request_stop`; read and cleared on the main thread (``master_on_loop_pass``).
+        self.stop_requested = False
+        self.health = MasterHealth.create(arbiter, lifecycle, self.channel, stop_server=self.request_stop)
         # The master serves no requests: its workers count and sample their own.
         lifecycle.become_master("gunicorn", arbiter.worker_class_setting())
 
@@ -302,6 +304,12 @@ class MasterShutdown:
         self.arbiter.wake()
 
     # -- any thread ---------------------------------------------------------------
+
+    def request_stop(self) -> None:
+        """Stop the server as a first TERM does, on the main loop's next pass (woken now with Gunicorn's
+        own wake-up: no signal is sent). After a TERM, or a second request, it changes nothing."""
+        self.stop_requested = True
+        self.arbiter.wake()
 
     def on_signal(self, name: str, at: float) -> None:
         """Lifecycle listener (the firing thread): tell the workers, with its time; tell systemd."""

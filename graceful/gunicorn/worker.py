@@ -57,6 +57,7 @@ from graceful.gunicorn.process_stop import ProcessStop
 from graceful.gunicorn.recycling import GthreadStop
 from graceful.gunicorn.shared import ArrivalBoard
 from graceful.gunicorn.stop_reason import StopReason
+from graceful.http.apps import is_asgi_app
 from graceful.process.exit import skip_exit_collections
 from graceful.process.sockets import close_after_queue_drains
 from graceful.wsgi.middleware import GracefulMiddleware
@@ -70,7 +71,7 @@ QUEUE_DRAIN_TIMEOUT = 5.0
 #: accepted send their request before it reports (a client sends at once).
 ACCEPTED_SETTLE = 0.05
 
-__all__ = ["WorkerShutdown"]
+__all__ = ["WorkerShutdown", "asgi_refusal"]
 
 #: The master's facts a worker learns, by the lifecycle signal each sets.
 _FACTS = {"ShutdownInitiated": Kind.SHUTDOWN_INITIATED, "NotAcceptingNewRequests": Kind.NOT_ACCEPTING}
@@ -81,6 +82,20 @@ _IN_WORKER = (
     "a Gunicorn worker: pre-shutdown hooks run once per server, in the master, so register them"
     " in the Gunicorn config file (after `from graceful.conf import *`), or set preload_app = True"
 )
+
+
+def asgi_refusal(app: object, kind: str | None) -> str | None:
+    """Why a WSGI worker class (``kind``) must not serve ``app``: it is an ASGI app; None when it is WSGI.
+
+    Gunicorn's sync, gthread and gevent workers call the app as WSGI: an ASGI
+    app would answer every request with 500. Worker main thread, once, at boot.
+    """
+    if not is_asgi_app(app):
+        return None
+    return (
+        f"graceful: the app is an ASGI app, but Gunicorn's {kind} worker class serves WSGI apps (every request"
+        " would get a 500): serve it with graceful serve module:app (on Uvicorn)"
+    )
 
 
 class WorkerShutdown:
@@ -142,6 +157,7 @@ class WorkerShutdown:
         problem = problem or graceful_timeout_problem(
             self.graceful_timeout, lifecycle.config.drain_timeout, lifecycle.longest_cleanup_timeout()
         )
+        problem = problem or asgi_refusal(self.worker.app(), self.kind)
         if problem is not None:
             raise WorkerRefused(problem)
         worker = self.worker

@@ -5,6 +5,7 @@ thread that never runs app code and never waits for a worker.
 
 - :mod:`.address` ``GRACEFUL_HEALTH_BIND`` / ``--health-bind``: parsing, binding
 - :mod:`.server` the HTTP server: one ``graceful-health-port`` thread, its fork gate
+- :mod:`.bindwait` the bounded wait for an address in use at start-up (Gunicorn)
 - :mod:`.request` one request: its parsing and its answer's bytes
 - :mod:`.limits` the bounds on connections, sizes, time and ``/metrics``' rate
 - :mod:`.table` the open connections: which is shed when the port is full, which have expired

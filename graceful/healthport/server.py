@@ -32,8 +32,9 @@ thread also blocks the asynchronous signals, so the kernel delivers them to
 the main thread, where Python runs the handlers: the process's signal
 handling stays as it was.
 
-An address in use at start may be retried in the background (Gunicorn:
-another server still holds it); every other error is raised at start-up.
+An address in use at start may be waited for in the background, within a
+bound (:mod:`.bindwait`: Gunicorn, where another server may still hold it);
+every other error is raised at start-up.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from collections.abc import Callable, Iterator
 from typing import Protocol
 
 from graceful.healthport.address import HealthAddress
+from graceful.healthport.bindwait import BindWait
 from graceful.healthport.limits import ClientBudgets, Limits, connection_capacity
 from graceful.healthport.request import Probe, Refusal, encode, parse
 from graceful.healthport.table import LINGERING, QUEUED, READING, WRITING, ConnectionTable
@@ -63,8 +65,6 @@ __all__ = ["LINGER", "HealthPort", "PortStats", "Responder", "register_at_fork_w
 
 logger = logging.getLogger(__name__)
 
-#: Seconds between tries to bind an address in use.
-RETRY_BIND = 0.5
 #: Seconds to read and drop what a client still sends after its answer, before closing.
 LINGER = 0.5
 #: The longest the loop sleeps with nothing to do (it looks at ``passive`` and a bind retry then).
@@ -170,9 +170,8 @@ class HealthPort:
         self._listener = listener
         if listener is not None:
             listener.setblocking(False)
-        self._retry_in_use = False
-        self._next_bind = 0.0
-        self._warned_in_use = False
+        #: The wait for an address in use at start (None: not waiting).
+        self._bind_wait: BindWait | None = None
         self._selector: selectors.BaseSelector | None = None
         self._watching_listener = False
         #: The wake-up socket pair, made by start().
@@ -192,23 +191,28 @@ class HealthPort:
 
     # -- main thread -------------------------------------------------------------------
 
-    def bind(self, *, retry_in_use: bool = False) -> None:
+    def bind(self, *, wait_in_use: BindWait | None = None) -> None:
         """Bind now (nothing to do for an adopted listener). Raises OSError.
 
-        With ``retry_in_use``, an address in use is logged once and tried
-        again every ``RETRY_BIND`` seconds by the port's thread instead.
+        With ``wait_in_use``, an address in use is logged once and tried
+        again by the port's thread, within that wait's bound (:mod:`.bindwait`).
         """
         if self._listener is not None:
             return
         try:
             self._listener = self.address.bind()
         except OSError as exc:
-            if not (retry_in_use and exc.errno == errno.EADDRINUSE):
+            if not (wait_in_use is not None and exc.errno == errno.EADDRINUSE):
                 raise
-            self._retry_in_use = True
-            self._in_use()
+            self._bind_wait = wait_in_use
+            logger.warning(wait_in_use.waiting(exc))
         else:
             self._bound()
+
+    @property
+    def waiting_for_address(self) -> bool:
+        """Whether the port's thread is still trying to bind an address in use."""
+        return self._bind_wait is not None
 
     def start(self) -> HealthPort:
         """Start the ``graceful-health-port`` thread; the port answers from now on."""
@@ -402,6 +406,8 @@ class HealthPort:
             wake = min(wake, deadline)
         if self._paused_until:
             wake = min(wake, self._paused_until)
+        if self._bind_wait is not None:
+            wake = min(wake, self._bind_wait.next_try)
         return max(0.0, wake - now)
 
     def _drain_wake(self) -> None:
@@ -413,8 +419,9 @@ class HealthPort:
     def _update_listener(self, selector: selectors.BaseSelector) -> None:
         """Watch the listener when it should be: bound, not passive, not releasing, not paused."""
         now = time.monotonic()
-        if self._listener is None and self._retry_in_use and now >= self._next_bind:
-            self._try_bind()
+        wait = self._bind_wait
+        if self._listener is None and wait is not None and now >= wait.next_try:
+            self._try_bind(wait, now)
         if self._paused_until and now >= self._paused_until:
             self._paused_until = 0.0
         listener = self._listener
@@ -429,28 +436,23 @@ class HealthPort:
                 selector.unregister(listener)
             self._watching_listener = False
 
-    def _try_bind(self) -> None:
+    def _try_bind(self, wait: BindWait, now: float) -> None:
+        """Another try at an address in use: bound, or again later, or (at the wait's bound) given up."""
         try:
             self._listener = self.address.bind()
-        except OSError as exc:
-            if exc.errno != errno.EADDRINUSE:
-                logger.error("graceful: cannot bind the health port %s: %s; trying again", self.address, exc)
-            self._in_use()
+        except OSError:  # in use still, or another error: the first line said so; the bound covers both
+            if wait.failed(now):
+                self._bind_wait = None
+                logger.error(wait.giving_up(now))
+                wait.on_give_up()
             return
-        self._bound()
+        self._bind_wait = None
+        self._bound(wait.bound(now))
+        wait.on_bound()
 
-    def _in_use(self) -> None:
-        self._next_bind = time.monotonic() + RETRY_BIND
-        if not self._warned_in_use:
-            self._warned_in_use = True
-            logger.warning(
-                "graceful: health port %s is in use; trying again every %gs in the background",
-                self.address,
-                RETRY_BIND,
-            )
-
-    def _bound(self) -> None:
-        logger.info("graceful: health port listening on %s (pid %d)", self.bound_address, os.getpid())
+    def _bound(self, after: str = "") -> None:
+        suffix = f" {after}" if after else ""
+        logger.info("graceful: health port listening on %s (pid %d)%s", self.bound_address, os.getpid(), suffix)
 
     def _accept(self, selector: selectors.BaseSelector) -> None:
         """Take up to ``_ACCEPT_ROUND`` connections from the kernel's queue; answer those whose probe came along."""

@@ -15,7 +15,8 @@ Gunicorn; ``health-runner`` in a single process)::
               <liveness checks>                  as the best live worker reports them
     /readyz   ping
               workers-ready   some worker is ready: heard within ``stale_after``, not
-                              stopping, post-start hooks returned, readiness checks passing
+                              stopping, post-start hooks returned, readiness checks passing;
+                              or, the server ready before, its workers replaced (below)
               health-runner   (single process) a snapshot within ``stale_after``
               poststarthook/<name>, <readiness checks>   as the best worker reports them
               shutdown        fails from the server's ShutdownInitiated on
@@ -36,6 +37,25 @@ exactly what a single process would say. A check the best worker passes but
 others fail adds ``warn: <name> failing in 1 of 2 workers``, which does not
 fail the probe; each failing worker logged the real reason when the check
 started failing.
+
+Replacing workers is not failing (``workers-ready`` through HUP, ``max_requests``
+recycling, TTIN/TTOU, the control socket's ``worker kill``): Gunicorn stops
+a worker and starts its replacement, and while the replacement boots no
+worker may be ready, yet the server serves: its listener stays open, and
+the connections queued meanwhile are served once the replacement accepts,
+as a probe on the app's port is. So when no worker is ready and none fails a
+check (every live worker is *booting*, not published yet; *starting*, its
+post-start hooks not all returned, its readiness checks passing; or
+*stopping*, a process stop finishing its requests; or there is none, for the
+moment between a reap and the fork of its replacement), the last verdict
+holds: the check passes, with a ``warn:`` line and without the starting
+worker's post-start lines, if a worker was last seen ready within
+``boot_bound`` (Gunicorn's ``timeout``, which bounds a worker's boot: Gunicorn
+kills a worker silent for longer) and the server is not shutting down. It
+fails at once when a fresh worker fails a readiness check (the verdict
+stands until a worker is ready again), when a worker has gone silent,
+before any worker was ever ready (start-up: post-start hooks gate readiness
+then), and once ``boot_bound`` has passed with no worker ready.
 """
 
 from __future__ import annotations
@@ -106,7 +126,9 @@ class HealthView:
     from the master's loop) before ``/livez`` fails. ``stale_after``
     (seconds): how old a snapshot may be and still count for readiness.
     ``workers``: Gunicorn's lines (``workers``, ``workers-ready``); else one
-    process's (``health-runner``). Used by one thread, the port's.
+    process's (``health-runner``). ``boot_bound`` (seconds, default
+    ``liveness_bound``): how long the last ready verdict holds while workers
+    are replaced (module docstring). Used by one thread, the port's.
     """
 
     def __init__(
@@ -117,6 +139,7 @@ class HealthView:
         liveness_bound: float,
         stale_after: float,
         workers: bool,
+        boot_bound: float | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.lifecycle = lifecycle
@@ -124,8 +147,12 @@ class HealthView:
         self.liveness_bound = liveness_bound
         self.stale_after = stale_after
         self.workers = workers
+        self.boot_bound = liveness_bound if boot_bound is None else boot_bound
         self._clock = clock
         self.failures = FailureLog()
+        # When a worker was last seen ready (its snapshot's arrival); None before any was, and from
+        # a verdict against readiness (a fresh worker failing a check) until one is ready again.
+        self._last_ready: float | None = None
 
     def respond(self, endpoint: str, check: str | None, query_string: str) -> HealthResponse:
         """One probe; never blocks, never raises for any query."""
@@ -154,9 +181,11 @@ class HealthView:
         if endpoint in (READYZ, HEALTHZ):
             fresh = [snapshot for snapshot, at in heard if now - at <= self.stale_after and not snapshot.stopping]
             best = _best(fresh, ProcessHealth.failing_readiness)
-            items.append(self._ready(heard, fresh, best, now))
+            ready, held = self._ready(heard, fresh, best, now)
+            items.append(ready)
+            notes.extend(held)
             if best is not None:
-                if endpoint == READYZ:
+                if endpoint == READYZ and not held:  # held: its hooks are still starting, as booting ones are
                     items.extend(best.post_start_results())
                 items.extend(best.readiness)
                 notes.extend(_disagreements(fresh, best, lambda s: s.readiness))
@@ -186,21 +215,47 @@ class HealthView:
 
     def _ready(
         self, heard: list[Heard], fresh: list[ProcessHealth], best: ProcessHealth | None, now: float
-    ) -> CheckResult:
-        """``workers-ready`` with counts of why not, or ``health-runner`` (one process)."""
+    ) -> tuple[CheckResult, list[str]]:
+        """``workers-ready`` with counts of why not, or ``health-runner`` (one process); and the note saying
+        the last verdict holds (empty unless it does)."""
         if not self.workers:
             ok = bool(fresh)
-            return CheckResult(HEALTH_RUNNER, ok, None if ok else f"no health snapshot within {self.stale_after:g}s")
+            return CheckResult(
+                HEALTH_RUNNER, ok, None if ok else f"no health snapshot within {self.stale_after:g}s"
+            ), []
         if best is not None and best.ready():
-            return CheckResult(WORKERS_READY, True)
+            fresh_ready = (at for s, at in heard if s.ready() and now - at <= self.stale_after)
+            self._last_ready = max(fresh_ready, default=now)
+            return CheckResult(WORKERS_READY, True), []
+        starting = sum(1 for s in fresh if not _failing_checks(s))
+        silent = sum(1 for s, at in heard if now - at > self.stale_after and not s.stopping)
         counts = (
             (self.sources.booting(), "booting"),
-            (len(fresh), "not passing their checks"),
+            (starting, "starting"),
+            (len(fresh) - starting, "not passing their checks"),
             (sum(1 for s, _ in heard if s.stopping), "stopping"),
-            (sum(1 for s, at in heard if now - at > self.stale_after and not s.stopping), "silent"),
+            (silent, "silent"),
         )
         parts = ", ".join(f"{count} {what}" for count, what in counts if count)
-        return CheckResult(WORKERS_READY, False, "no ready worker" + (f" ({parts})" if parts else ""))
+        why = "no ready worker" + (f" ({parts})" if parts else "")
+        if starting < len(fresh):
+            self._last_ready = None  # a worker fails a check: that verdict stands until one is ready
+        last = self._last_ready
+        if last is None or starting < len(fresh) or silent or self.sources.shutting_down():
+            return CheckResult(WORKERS_READY, False, why), []
+        ago = now - last
+        if ago > self.boot_bound:
+            late = f"{why}; the last ready {ago:.0f}s ago, longer than a boot may take ({self.boot_bound:g}s)"
+            return CheckResult(WORKERS_READY, False, late), []
+        note = (
+            f"workers-ready held: {why}; the last ready {ago:.1f}s ago, replacements boot within {self.boot_bound:g}s"
+        )
+        return CheckResult(WORKERS_READY, True), [note]
+
+
+def _failing_checks(snapshot: ProcessHealth) -> list[str]:
+    """The readiness checks ``snapshot`` fails (its pending post-start hooks left out: those say *starting*)."""
+    return [r.name for r in snapshot.readiness if not r.ok]
 
 
 def _best(snapshots: list[ProcessHealth], failing: Callable[[ProcessHealth], list[str]]) -> ProcessHealth | None:

@@ -22,7 +22,9 @@ connected, its request waits unanswered, and the shutdown resets it.
 
 Under Gunicorn this runs in the master (it shares the listening sockets with
 its workers) on the graceful-shutdown thread; in the single-process server,
-on that server's shutdown thread.
+on that server's shutdown thread. An asyncio server (Uvicorn,
+:mod:`graceful.uvicorn.server`) waits with :func:`wait_for_queues_to_drain`
+on that thread and closes its listeners on its event loop.
 """
 
 from __future__ import annotations
@@ -36,7 +38,13 @@ import threading
 import time
 from collections.abc import Iterable
 
-__all__ = ["HANDSHAKE_SETTLE", "accept_queue_length", "close_after_queue_drains", "drop_new_handshakes"]
+__all__ = [
+    "HANDSHAKE_SETTLE",
+    "accept_queue_length",
+    "close_after_queue_drains",
+    "drop_new_handshakes",
+    "wait_for_queues_to_drain",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -106,13 +114,34 @@ def drop_new_handshakes(sock: socket.socket) -> bool:
 def close_after_queue_drains(sockets: Iterable[socket.socket], timeout: float) -> int:
     """Stop listening on ``sockets`` once their accept queues are empty (or after ``timeout`` s).
 
-    From the call on, new handshakes are dropped (:func:`drop_new_handshakes`);
-    the sockets stay up at least ``HANDSHAKE_SETTLE`` seconds (within
-    ``timeout``) so handshakes under way complete. Returns how many queued
-    connections were still waiting at the deadline (and were reset). The
-    caller's server must keep accepting meanwhile.
+    :func:`wait_for_queues_to_drain`, then ``shutdown()`` each socket.
+    Returns how many queued connections were still waiting at the deadline
+    (and were reset). The caller's server must keep accepting meanwhile.
     Safe to call from any thread; each socket is left shut down but open
     (its owner closes the file descriptor as usual).
+    """
+    socks = list(sockets)
+    waiting = wait_for_queues_to_drain(socks, timeout)
+    for sock in socks:
+        try:
+            sock.shutdown(socket.SHUT_RD)
+        except OSError:  # not connected/listening any more: already closed
+            continue
+    if waiting:
+        logger.warning("graceful: %d queued connection(s) still unaccepted after %gs; they are reset", waiting, timeout)
+    return waiting
+
+
+def wait_for_queues_to_drain(sockets: Iterable[socket.socket], timeout: float) -> int:
+    """Drop new handshakes on ``sockets`` and wait until their accept queues are empty (or ``timeout`` s).
+
+    From the call on, new handshakes are dropped (:func:`drop_new_handshakes`);
+    the wait lasts at least ``HANDSHAKE_SETTLE`` seconds (within ``timeout``)
+    so handshakes under way complete. Returns how many queued connections
+    are still waiting. The caller's server must keep accepting meanwhile, and
+    stop listening right after (an event loop that owns the sockets closes
+    them itself: a socket shut down under its accept callback would wake it
+    again and again). Any thread but the accepting one.
     """
     socks = list(sockets)
     filtered = [drop_new_handshakes(sock) for sock in socks]
@@ -124,13 +153,6 @@ def close_after_queue_drains(sockets: Iterable[socket.socket], timeout: float) -
     while (waiting or time.monotonic() < settled) and time.monotonic() < deadline:
         pause.wait(_POLL_INTERVAL)
         waiting = _queued(socks)
-    for sock in socks:
-        try:
-            sock.shutdown(socket.SHUT_RD)
-        except OSError:  # not connected/listening any more: already closed
-            continue
-    if waiting:
-        logger.warning("graceful: %d queued connection(s) still unaccepted after %gs; they are reset", waiting, timeout)
     return waiting
 
 

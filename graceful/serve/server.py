@@ -86,6 +86,9 @@ __all__ = [
     "AppImportError",
     "GracefulServer",
     "RequestHandler",
+    "display_host",
+    "health_address",
+    "leave_server_record",
     "load_app",
     "serve",
     "wrap_app",
@@ -513,7 +516,7 @@ def serve(
     """
     app, lifecycle = wrap_app(app, lifecycle)
     lifecycle.check_budget()  # reads the config: a bad GRACEFUL_* value raises here
-    address = _health_address(health_bind, lifecycle)
+    address = health_address(health_bind, lifecycle)
     server = GracefulServer(host, port, app, lifecycle, threads=threads, keep_alive=keep_alive, access_log=access_log)
     lifecycle.adapter = server
     lifecycle.server, lifecycle.worker_class = "graceful serve", "threads"
@@ -534,7 +537,7 @@ def serve(
         server.start()
         logger.info(
             "graceful: listening on http://%s:%d with %d threads (pid %d)",
-            _display_host(server.host),
+            display_host(server.host),
             server.port,
             threads,
             os.getpid(),
@@ -542,7 +545,7 @@ def serve(
         lifecycle.run_post_start_hooks()
         status = _wait_for_cleanup(server, lifecycle)
         if lifecycle.cleanup_finished.is_set():
-            _leave_record(lifecycle)
+            leave_server_record(lifecycle)
         server.close()
         return status
     finally:
@@ -551,7 +554,7 @@ def serve(
             health.close()
 
 
-def _health_address(health_bind: str | None, lifecycle: Lifecycle) -> HealthAddress | None:
+def health_address(health_bind: str | None, lifecycle: Lifecycle) -> HealthAddress | None:
     """``health_bind`` parsed (raises ConfigError), else the config's; None: no health port."""
     if health_bind is None:
         return lifecycle.config.health_address
@@ -582,8 +585,11 @@ def _wait_for_cleanup(server: GracefulServer, lifecycle: Lifecycle) -> int:
     return 1 if server.failed else 0
 
 
-def _leave_record(lifecycle: Lifecycle) -> None:
-    """Main thread, after CleanupFinished: this one process's record (log line, report file, termination log)."""
+def leave_server_record(lifecycle: Lifecycle) -> None:
+    """Main thread, after CleanupFinished: this one process's record (log line, report file, termination log).
+
+    Also the Uvicorn server's (:mod:`graceful.uvicorn.server`).
+    """
     from graceful import __version__
 
     try:
@@ -593,5 +599,6 @@ def _leave_record(lifecycle: Lifecycle) -> None:
         logger.exception("graceful: could not build the shutdown record")
 
 
-def _display_host(host: str) -> str:
+def display_host(host: str) -> str:
+    """``host`` as a URL shows it (an IPv6 address in brackets)."""
     return f"[{host}]" if ":" in host else host

@@ -109,6 +109,7 @@ from graceful.core import default as _default
 from graceful.core.gate import Refusal
 from graceful.core.lifecycle import Lifecycle
 from graceful.core.waitgroup import ClosesOnce, Release
+from graceful.http.apps import WrongKindOfApp, is_asgi_app
 from graceful.http.health import DEFAULT_CHECK_TIMEOUT, HealthChecks
 from graceful.http.long_running import LongRunning, is_long_running, path_prefixes
 from graceful.http.probes import CHECK_PREFIXES, METRICS_PATH, ROOT_PATHS, answer_probe
@@ -253,6 +254,7 @@ class GracefulMiddleware:
     after wrapping (``lifecycle.configure``) is the one in force; only
     ``metrics_on_app_port`` is read here, when the routes are fixed.
     Thread-safe (under Gunicorn: a worker's request threads call it at once).
+    An ASGI app is refused at once (:class:`~graceful.http.apps.WrongKindOfApp`, a ``TypeError``).
     Exceptions from the app propagate (its count ended); the middleware
     itself raises for no request, whatever its environ holds.
     """
@@ -266,6 +268,11 @@ class GracefulMiddleware:
         check_timeout: float = DEFAULT_CHECK_TIMEOUT,
         check_cache_ttl: float = 0.0,
     ) -> None:
+        if is_asgi_app(app):
+            raise WrongKindOfApp(
+                f"graceful: {app!r} is an ASGI app; GracefulMiddleware wraps WSGI apps:"
+                " use graceful.GracefulASGIMiddleware (and an ASGI server: graceful serve, Uvicorn)"
+            )
         self.app = app
         self.lifecycle = lifecycle if lifecycle is not None else _default.default_lifecycle
         self.long_running = long_running

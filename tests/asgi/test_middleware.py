@@ -618,3 +618,27 @@ class TestNesting:
         """graceful.GracefulASGIMiddleware is the middleware (imported on first use)."""
         assert graceful.GracefulASGIMiddleware is GracefulASGIMiddleware
         assert "GracefulASGIMiddleware" in graceful.__all__
+
+
+class TestWrongKind:
+    def test_the_wsgi_middleware_refuses_an_asgi_app_in_one_line(self) -> None:
+        """GracefulMiddleware given an ASGI app raises WrongKindOfApp naming the ASGI middleware to use."""
+        from graceful.http.apps import WrongKindOfApp
+
+        with pytest.raises(WrongKindOfApp, match="is an ASGI app; GracefulMiddleware wraps WSGI apps") as refused:
+            graceful.GracefulMiddleware(hello, lifecycle())  # type: ignore[arg-type]
+        assert "\n" not in str(refused.value)
+        assert isinstance(refused.value, TypeError)
+
+
+class TestEveryResponseCloses:
+    def test_probes_and_refusals_during_a_shutdown_carry_connection_close(self) -> None:
+        """From ShutdownInitiated graceful's own answers (a probe, a 429) also carry Connection: close."""
+        lc = lifecycle(send_retry_after=True)
+        middleware = GracefulASGIMiddleware(hello, lc)
+        assert b"connection" not in run(call(middleware, http_scope("/readyz"))).headers()
+        lc.shutdown_initiated.fire()
+        assert run(call(middleware, http_scope("/readyz"))).headers()[b"connection"] == b"close"
+        lc.not_accepting_new_requests.fire()
+        refused = run(call(middleware, http_scope()))
+        assert (refused.status, refused.headers()[b"connection"]) == (429, b"close")

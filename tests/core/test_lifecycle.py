@@ -510,11 +510,11 @@ class TestObservation:
         """A master's copy that becomes a worker: its statistics start from zero and it samples its requests."""
         lc, _ = lifecycle(shutdown_delay=1)
         lc.become_master("gunicorn", "sync")
-        assert (lc.role, lc.serves_requests, lc.run_pre_shutdown_hooks) == (Role.MASTER, False, True)
+        assert (lc.role, lc.role.serves_requests, lc.role.runs_pre_shutdown_hooks) == (Role.MASTER, False, True)
         lc.stats.rejected("draining")
         lc.become_worker("a worker")
         assert lc.stats.rejections()["draining"] == 0
-        assert (lc.role, lc.serves_requests, lc.run_pre_shutdown_hooks) == (Role.WORKER, True, False)
+        assert (lc.role, lc.role.serves_requests, lc.role.runs_pre_shutdown_hooks) == (Role.WORKER, True, False)
         assert (lc.server, lc.worker_class) == ("gunicorn", "sync")
 
     def test_a_worker_refuses_pre_shutdown_hooks_saying_why(self) -> None:

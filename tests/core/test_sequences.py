@@ -37,6 +37,7 @@ class FakeMaster:
     def __init__(self, config: Config | None = None, *, peer: bool = False, quick: bool = False) -> None:
         self.lifecycle = Lifecycle(config or Config(shutdown_delay=2), clock=FakeClock(settle=0.0))
         self.phase = MasterPhase.SERVING
+        self.stop_requested = False
         self.steps: list[str] = []
         self.peer = peer
         self.quick = quick
@@ -282,3 +283,24 @@ class TestWorker:
         worker.lifecycle.cleanup_task("close")(lambda: ran.append("close"))
         worker_exit(worker)
         assert ran == ["close"] and worker.steps == ["part (cleanup finished: False)", "end"]
+
+
+class TestStopRequested:
+    def test_a_requested_stop_runs_as_the_first_term_on_the_next_loop_pass(self) -> None:
+        """stop_requested (the health port gave up its address) starts the shutdown on the main loop's pass, once."""
+        master = FakeMaster()
+        master.stop_requested = True
+        master_on_loop_pass(master)
+        assert master.phase is MasterPhase.SHUTTING_DOWN
+        assert master.steps == ["stops alone?", "announce", "background"]
+        assert not master.stop_requested
+        master_on_loop_pass(master)
+        assert master.steps == ["stops alone?", "announce", "background"]
+
+    def test_after_a_term_a_requested_stop_changes_nothing(self) -> None:
+        """Once shutting down, a requested stop is no second TERM: nothing happens, no exit 1."""
+        master = FakeMaster()
+        master_on_term(master)
+        master.stop_requested = True
+        master_on_loop_pass(master)
+        assert master.steps == ["stops alone?", "announce", "background"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import runpy
 import subprocess
+import sys
 from pathlib import Path
 
 import kubernetes_validate
@@ -53,6 +54,36 @@ class TestExampleUnderGunicorn:
         server.term()
         assert server.exit_code(30) == 0
         assert len(server.matching(r"cleanup task 'flush-counters' ok")) == 2  # once per worker
+
+
+@pytest.mark.e2e
+class TestExampleUnderUvicorn:
+    def test_serves_django_asgi_with_the_health_paths_and_passes_the_system_checks(
+        self, processes: Processes, tmp_path: Path
+    ) -> None:
+        """`uvicorn mysite.asgi:application`: the db and app checks, no lifespan awaited; `manage.py check` passes."""
+        port = free_port()
+        env = {key: value for key, value in os.environ.items() if not key.startswith("GRACEFUL_")}
+        env.update(PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1", DJANGO_DB=str(tmp_path / "db.sqlite3"))
+        checked = subprocess.run(
+            [sys.executable, "manage.py", "check"],
+            cwd=EXAMPLE,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+        argv = [sys.executable, "-m", "uvicorn", "mysite.asgi:application", "--port", str(port), "--lifespan", "auto"]
+        server = Server(processes.start(argv, env=env, cwd=EXAMPLE), port)
+        server.wait_ready()
+        assert requests.get(server.url + "/", timeout=15).text.startswith("hello from Django, sqlite ")
+        verbose = requests.get(server.url + "/readyz?verbose", headers={"Host": "10.1.2.3"}, timeout=15).text
+        assert "[+]django-db-default ok\n" in verbose and "[+]counters ok\n" in verbose
+        assert "[+]lifespan ok\n" in verbose  # Django's handler has none: Uvicorn and graceful serve on
+        assert server.matching(r"ASGI 'lifespan' protocol appears unsupported")
+        server.term()
+        server.exit_code(30)  # plain Uvicorn's own SIGTERM (no graceful timeline here): it ends
 
 
 class TestExampleManifest:

@@ -133,8 +133,14 @@ class FakeArbiter:
     def dirty_pid(self) -> int:
         return self.dirty
 
+    def dirty_pool_configured(self) -> bool:
+        return bool(self.dirty)
+
     def dirty_graceful_timeout(self) -> float:
         return self._dirty_graceful_timeout
+
+    def set_dirty_graceful_timeout(self, seconds: int) -> None:
+        self._dirty_graceful_timeout = seconds
 
     def signal_dirty(self, signum: int) -> None:
         self.calls.append(f"dirty {signal.Signals(signum).name}")

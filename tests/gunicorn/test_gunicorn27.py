@@ -30,13 +30,13 @@ pytestmark = [pytest.mark.e2e, pytest.mark.gunicorn]
 DIRTY_APP = "tests.live.dirty_app:app"
 
 
-def dirty_options() -> tuple[str, ...]:
+def dirty_options(graceful_timeout: tuple[str, ...] = ("--dirty-graceful-timeout", "5")) -> tuple[str, ...]:
     """The dirty pool's options, with a process name of the test's own: Gunicorn keeps the dirty arbiter's
     pid in a file named after it (in the temporary directory every test shares), and kills the pid it
     finds there at start-up as an orphan: two tests with one name would kill each other's."""
     return (
         *("--name", f"graceful-dirty-{uuid.uuid4().hex}"),
-        *("--dirty-workers", "1", "--dirty-app", "tests.live.dirty_app:Sleeper", "--dirty-graceful-timeout", "5"),
+        *("--dirty-workers", "1", "--dirty-app", "tests.live.dirty_app:Sleeper", *graceful_timeout),
     )
 
 
@@ -95,6 +95,20 @@ class TestDirtyPool:
         last_worker = max(i for i, line in enumerate(lines) if "Worker exiting" in line)
         dirty_exit = next(i for i, line in enumerate(lines) if re.search(r"Dirty arbiter \(pid:\d+\) exited", line))
         assert dirty_exit > last_worker, "\n".join(lines)
+
+    def test_gracefuls_defaults_boot_with_a_dirty_pool(self, gunicorn) -> None:  # type: ignore[no-untyped-def]
+        """No --dirty-graceful-timeout, graceful's drain and hook timeouts: it boots, the pool gets what the grace
+        period leaves (30 - 0.5 - 21 s), and a SIGTERM with a dirty call in flight answers it and exits 0."""
+        defaults = {"GRACEFUL_SHUTDOWN_DELAY": "0.5", "GRACEFUL_DRAIN_TIMEOUT": "15", "GRACEFUL_HOOK_TIMEOUT": "5"}
+        server = gunicorn("gthread", args=dirty_options(graceful_timeout=()), app=DIRTY_APP, env=defaults)
+        server.wait_for(r"graceful: dirty_graceful_timeout derived: 8s, .* \(21s\)")
+        wait_dirty_ready(server)
+        with ThreadPoolExecutor(1) as pool:
+            call = pool.submit(get, server, "/dirty?ms=1000")
+            time.sleep(0.3)  # waiting on the dirty pool
+            server.term()
+            assert (call.result().status_code, call.result().text) == (200, "1000")
+        assert server.exit_code() == 0
 
     def test_hup_does_not_fail_dirty_calls_in_flight(self, gunicorn) -> None:  # type: ignore[no-untyped-def]
         """HUP while requests wait on 1.5 s dirty tasks: the dirty pool reloads, and both calls are answered."""

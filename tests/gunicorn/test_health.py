@@ -18,10 +18,19 @@ import pytest
 
 from graceful.core.config import Config
 from graceful.core.lifecycle import Lifecycle
+from graceful.core.registry import READINESS_CHECK
 from graceful.gunicorn.adapter.arbiter import ArbiterAdapter
 from graceful.gunicorn.channel import Kind, MasterChannel, WorkerChannel
-from graceful.gunicorn.health import FD_ENV, HANDOFF_ENV, MasterHealth, start_worker_health
+from graceful.gunicorn.health import (
+    FD_ENV,
+    HANDOFF_ENV,
+    HEALTHPORT_CHECK,
+    AddressState,
+    MasterHealth,
+    start_worker_health,
+)
 from graceful.gunicorn.metrics import WorkerMetrics
+from graceful.healthport.address import HealthAddress
 from graceful.healthport.snapshot import Snapshot
 from graceful.http.health import CheckResult
 from graceful.http.replies import NO_METRICS
@@ -143,10 +152,58 @@ class TestCreate:
         with pytest.raises(RuntimeError, match=r"cannot listen on GRACEFUL_HEALTH_BIND='192\.0\.2\.1:8081'"):
             MasterHealth.create(ArbiterAdapter(Arbiter()), lifecycle_with("192.0.2.1:8081"), MasterChannel())
 
-    def test_liveness_bound_is_gunicorns_timeout(self, made: list[MasterHealth]) -> None:
-        """The bound is Gunicorn's timeout, or 30 s when the timeout is off."""
-        assert create(made, Arbiter(timeout=45)).liveness_bound == 45.0
-        assert create(made, Arbiter(timeout=0)).liveness_bound == 30.0
+    def test_an_address_in_use_is_waited_for_with_the_workers_hook(self, made: list[MasterHealth]) -> None:
+        """In use at start-up: no refusal; the workers inherit the readiness check healthport, which passes once
+        the port's thread has bound the address."""
+        holder = HealthAddress("127.0.0.1", 0).bind()
+        try:
+            lifecycle = lifecycle_with(f"127.0.0.1:{holder.getsockname()[1]}")
+            health = create(made, Arbiter(), lifecycle)
+            state = health.address_state
+            assert state is not None and state.get() == AddressState.WAITING
+            [check] = lifecycle.registry.hooks(READINESS_CHECK)
+            assert check.name == HEALTHPORT_CHECK
+            with pytest.raises(RuntimeError, match="waiting for its address"):
+                check.fn()
+            health.start()
+            holder.close()
+            assert eventually(lambda: state.get() == AddressState.BOUND)
+            check.fn()  # passes
+            assert probe(health, "/livez")[0] == 200
+        finally:
+            holder.close()
+
+    def test_bound_at_once_no_hook(self, made: list[MasterHealth]) -> None:
+        """A free address: nothing to wait for, no check."""
+        lifecycle = lifecycle_with()
+        assert create(made, Arbiter(), lifecycle).address_state is None
+        assert lifecycle.registry.hooks(READINESS_CHECK) == []
+
+    def test_giving_up_stops_the_server_as_a_sigterm(
+        self, made: list[MasterHealth], monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """At the bound the workers' checks say so and the server is asked to stop, as a first TERM does
+        (no signal sent); not while it is stopping already."""
+        stops: list[bool] = []
+        holder = HealthAddress("127.0.0.1", 0).bind()
+        try:
+            address = f"127.0.0.1:{holder.getsockname()[1]}"
+            lifecycle = lifecycle_with(address)
+            stop = lambda: stops.append(True)  # noqa: E731
+            health = MasterHealth.create(ArbiterAdapter(Arbiter()), lifecycle, MasterChannel(), stop_server=stop)
+            assert health is not None
+            made.append(health)
+            state = health.address_state
+            assert state is not None
+            health._give_up()
+            assert state.get() == AddressState.GAVE_UP and stops == [True]
+            with pytest.raises(RuntimeError, match="stayed in use: the server is stopping"):
+                state.check()
+            health.lifecycle.initiate_shutdown()
+            health._give_up()
+            assert stops == [True]
+        finally:
+            holder.close()
 
 
 class TestAggregation:

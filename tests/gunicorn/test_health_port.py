@@ -19,6 +19,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -38,6 +39,12 @@ SHAPES = {
 CAPACITY = {"sync": 2, "gthread": 4, "gevent": 4}
 #: An answer that is an HTTP status (not a refusal, a reset or a timeout).
 ANSWERED = re.compile(r"^\d{3}\b")
+
+
+def gunicornc(socket_path: Path, *command: str) -> None:
+    """One command on Gunicorn 25.1+'s control socket, as an operator runs it (raises when it fails)."""
+    argv = [str(Path(GUNICORN).parent / "gunicornc"), "-s", str(socket_path), "-c", " ".join(command)]
+    subprocess.run(argv, capture_output=True, text=True, timeout=30, check=True)
 
 
 class WorkerDidNotBoot(AssertionError):
@@ -62,13 +69,20 @@ class Instance:
     """A graceful Gunicorn with GRACEFUL_HEALTH_BIND (a free port), serving tests/live/health_app.py."""
 
     def __init__(
-        self, processes: Processes, shape: str, env: dict[str, str] | None = None, args: tuple[str, ...] = ()
+        self,
+        processes: Processes,
+        shape: str,
+        env: dict[str, str] | None = None,
+        args: tuple[str, ...] = (),
+        control_socket: Path | None = None,
     ) -> None:
         self.port, self.health = free_port(), free_port()
         full_env = clean_env({"GRACEFUL_HEALTH_BIND": f"127.0.0.1:{self.health}", "GRACEFUL_SHUTDOWN_DELAY": "1"})
         full_env.update(env or {})
         argv = [GUNICORN, "-c", str(GRACEFUL_CONF), "--pythonpath", str(LIVE), "-b", f"127.0.0.1:{self.port}"]
-        if _has_control_socket():  # tests must not share ~/.gunicorn/gunicorn.ctl
+        if control_socket is not None:
+            argv += ["--control-socket", str(control_socket)]
+        elif _has_control_socket():  # tests must not share ~/.gunicorn/gunicorn.ctl
             argv.append("--no-control-socket")
         argv += [*SHAPES[shape], *args, "health_app:app"]
         self.server = Server(processes.start(argv, env=full_env, cwd=ROOT), self.port)
@@ -206,8 +220,8 @@ class TestTimeline:
 @pytest.mark.release
 class TestRestarts:
     def test_hup_and_recycling_keep_answering(self, processes: Processes) -> None:
-        """Through max_requests recycling under traffic and a HUP, /livez answers 200 every time and /readyz
-        answers every time (a short 503 while replaced workers boot is honest)."""
+        """Through max_requests recycling under traffic and a HUP, /livez and /readyz answer 200 every time: the
+        server serves while its workers are replaced (TestReplacementsUnderLoad, with slower boots)."""
         server = Instance(processes, "sync", args=("--max-requests", "40"))
         server.wait("/readyz", "200")
         lives, readies = [], []
@@ -219,8 +233,7 @@ class TestRestarts:
                 readies.append(probe(server.health, "/readyz", source="127.0.0.2"))
                 time.sleep(0.1)
         assert lives == ["200"] * 100
-        assert all(ANSWERED.match(answer) for answer in readies), sorted(set(readies))
-        assert readies[-1] == "200"
+        assert readies == ["200"] * 100, sorted(set(readies))
         assert len(server.server.matching(r"Booting worker with pid")) >= 6  # 2 at boot, 2 on HUP, recycled ones
         assert len(outcomes) > 100 and server.proc.poll() is None
 
@@ -273,6 +286,96 @@ class TestRestarts:
             time.sleep(0.1)
         assert server.server.exit_code(30) == 0
         assert len(lives) >= 3 and set(lives[:-3]) <= {"200"}
+
+
+class TestReplacementsUnderLoad:
+    def test_readyz_stays_200_through_hups_recycling_ttin_and_ttou(self, processes: Processes, tmp_path: Path) -> None:
+        """Steady traffic with max_requests recycling, a HUP a second, a TTIN and a TTOU (and on Gunicorn 25.1+
+        the control socket's worker remove and add), for 12 s: each of the health port's /readyz probes (every
+        100 ms) answers 200, as the app's port serves every request."""
+        args = ("-w", "2", "--max-requests", "15", "--max-requests-jitter", "5")
+        control = tmp_path / "g.ctl" if _has_control_socket() else None
+        # Each worker takes 0.3 s to import the app, as a small real one does: replacements boot for that long.
+        server = Instance(processes, "gthread", env={"HEALTH_APP_IMPORT_S": "0.3"}, args=args, control_socket=control)
+        server.wait("/readyz", "200")
+        readies: list[tuple[float, str]] = []
+        commands: list[Future[None]] = []
+        started = time.monotonic()
+        with traffic(server.port, period=0.005, seconds=30) as outcomes, ThreadPoolExecutor(1) as operator:
+            for index in range(120):
+                if index % 10 == 5:
+                    server.proc.send_signal(signal.SIGHUP)
+                if index in (30, 80):
+                    server.proc.send_signal(signal.SIGTTIN if index == 30 else signal.SIGTTOU)
+                if control is not None and index in (50, 90):  # gunicornc is a process of its own: off the beat
+                    commands.append(operator.submit(gunicornc, control, "worker", "remove" if index == 50 else "add"))
+                readies.append((time.monotonic() - started, probe(server.health, "/readyz?verbose", "127.0.0.2")))
+                time.sleep(max(0.0, started + (index + 1) * 0.1 - time.monotonic()))
+        failed = [(round(at, 2), answer) for at, answer in readies if answer != "200"]
+        assert failed == [], f"{len(failed)} of {len(readies)} probes failed: {failed}"
+        assert set(outcomes) == {"200"} and len(outcomes) > 100, sorted(set(outcomes))
+        server.server.wait_for(r"Hang up", count=12)
+        for done in commands:
+            done.result(30)  # each command was accepted
+        if control is not None:
+            server.server.wait_for(r"graceful: worker \d+ stopp(ed|ing) \(scale-in\)", count=2)  # TTOU, remove
+        assert len(server.server.matching(r"graceful: worker \d+ stopping \(recycled\)")) >= 5  # max_requests
+        assert server.proc.poll() is None
+
+
+#: A budget that fits a 4 s grace period.
+SHORT_BUDGET = {"GRACEFUL_SHUTDOWN_DELAY": "0.5", "GRACEFUL_DRAIN_TIMEOUT": "1", "GRACEFUL_HOOK_TIMEOUT": "1"}
+
+
+class TestAddressInUse:
+    """GRACEFUL_HEALTH_BIND held by another process at start-up: a bounded wait (the grace period, 4 s here)."""
+
+    def held(self) -> socket.socket:
+        holder = socket.socket()
+        holder.bind(("127.0.0.1", 0))
+        holder.listen(1)
+        return holder
+
+    def start(self, processes: Processes, holder: socket.socket) -> Instance:
+        port = holder.getsockname()[1]
+        env = {**SHORT_BUDGET, "GRACEFUL_GRACE_PERIOD": "4", "GRACEFUL_HEALTH_BIND": f"127.0.0.1:{port}"}
+        server = Instance(processes, "gthread", env=env)
+        server.health = port
+        return server
+
+    def test_bound_once_freed_and_the_app_port_says_so_meanwhile(self, processes: Processes) -> None:
+        """The server starts; /readyz on the app's port fails its check healthport until the holder lets go;
+        then the health port binds, saying after how long, and both ports' /readyz answer 200."""
+        holder = self.held()
+        try:
+            server = self.start(processes, holder)
+            server.server.wait_for(r"health port 127\.0\.0\.1:\d+ is in use .* for up to 4s, then stopping the server")
+            deadline = time.monotonic() + 30
+            answer = ""
+            while not answer.startswith("503") and time.monotonic() < deadline:
+                answer = probe(server.port, "/readyz?verbose", timeout=5)
+                time.sleep(0.1)
+            assert answer == "503 [-]healthport", answer
+        finally:
+            holder.close()
+        server.wait("/readyz", "200")
+        assert probe(server.port, "/readyz", timeout=5) == "200"
+        assert server.master_lines(r"health port listening on 127\.0\.0\.1:\d+ .* after waiting \d+\.\ds")
+        assert not server.server.matching("giving up") and server.proc.poll() is None
+
+    def test_still_in_use_at_the_bound_stops_the_server(self, processes: Processes) -> None:
+        """Never freed: after the grace period one ERROR line says it gives up, and the server stops as on SIGTERM."""
+        holder = self.held()
+        try:
+            server = self.start(processes, holder)
+            server.server.wait_for(r"is in use")
+            started = time.monotonic()
+            server.server.wait_for(r"\[ERROR\] graceful: health port .* still in use after 4\.\ds: giving up")
+            assert server.server.exit_code(30) == 0
+            assert time.monotonic() - started < 4 + 4 + 5  # the bound, then a shutdown within its grace period
+            assert server.master_lines("SIGTERM: shutting down gracefully")
+        finally:
+            holder.close()
 
 
 class TestBadInput:

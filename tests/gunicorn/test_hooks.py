@@ -9,6 +9,7 @@ handlers the hooks install are restored after each test.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -33,6 +34,7 @@ from graceful.testing import FakeClock
 from graceful.wsgi.middleware import GracefulMiddleware
 from tests.conftest import ROOT
 from tests.gunicorn.test_adapter import app, arbiter_of
+from tests.gunicorn.test_gunicorn import _gunicorn_version
 
 SOON = 10.0
 
@@ -167,7 +169,101 @@ class TestOnStarting:
         arbiter = started(process)
         master = attached(arbiter)
         assert isinstance(master, MasterShutdown) and master.health is None
-        assert lifecycle.server == "gunicorn" and not lifecycle.serves_requests
+        assert lifecycle.server == "gunicorn" and not lifecycle.role.serves_requests
+
+
+needs_dirty_settings = pytest.mark.skipif(_gunicorn_version() < (25, 0), reason="dirty workers exist from Gunicorn 25")
+
+
+def with_dirty_pool(made: list[Any], **options: object) -> Any:
+    """A real arbiter configured with a dirty pool (as ``--dirty-workers 1 --dirty-app ...``), after on_starting."""
+    options.setdefault("graceful_timeout", hooks.graceful_timeout)
+    options.setdefault("dirty_graceful_timeout", hooks.dirty_graceful_timeout)
+    return started(made, dirty_workers=1, dirty_apps=["tests.live.dirty_app:Sleeper"], **options)
+
+
+@needs_dirty_settings
+class TestDirtyPoolTimeout:
+    """Gunicorn's dirty_graceful_timeout, derived or the user's, alongside graceful_timeout (grace period 30 s,
+    delay 1 s, drain 3 s, hook_timeout 2 s: graceful_timeout derives to 6 s)."""
+
+    def test_neither_set_both_derived_and_logged(
+        self, lifecycle: Lifecycle, process: list[Any], caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """Neither set: graceful_timeout 6 s, and the dirty pool the 23 s the grace period leaves; one line says so."""
+        assert hooks.dirty_graceful_timeout == 0
+        with caplog.at_level(logging.INFO, logger="graceful"):
+            arbiter = with_dirty_pool(process)
+        assert (arbiter.cfg.graceful_timeout, arbiter.cfg.dirty_graceful_timeout) == (6, 23)
+        assert "dirty_graceful_timeout derived: 23s" in caplog.text
+
+    def test_graceful_timeout_set_dirty_derived(self, lifecycle: Lifecycle, process: list[Any]) -> None:
+        """--graceful-timeout 9 kept; the dirty pool gets what is left: 30 - 1 - 9 = 20 s."""
+        arbiter = with_dirty_pool(process, graceful_timeout=9)
+        assert (arbiter.cfg.graceful_timeout, arbiter.cfg.dirty_graceful_timeout) == (9, 20)
+
+    def test_dirty_set_graceful_timeout_derived(self, lifecycle: Lifecycle, process: list[Any]) -> None:
+        """--dirty-graceful-timeout 5 kept, graceful_timeout derived."""
+        arbiter = with_dirty_pool(process, dirty_graceful_timeout=5)
+        assert (arbiter.cfg.graceful_timeout, arbiter.cfg.dirty_graceful_timeout) == (6, 5)
+
+    def test_both_set_kept(self, lifecycle: Lifecycle, process: list[Any]) -> None:
+        """Both the user's and fitting: neither changed."""
+        arbiter = with_dirty_pool(process, graceful_timeout=10, dirty_graceful_timeout=19)
+        assert (arbiter.cfg.graceful_timeout, arbiter.cfg.dirty_graceful_timeout) == (10, 19)
+
+    def test_a_dirty_timeout_that_cannot_fit_is_refused_naming_only_it(
+        self, lifecycle: Lifecycle, process: list[Any]
+    ) -> None:
+        """Gunicorn's default 30 s, set by the user with graceful_timeout derived: refused, saying to lower it to
+        23 s or leave it unset, never to unset graceful_timeout."""
+        arbiter = arbiter_of(
+            graceful_timeout=0, dirty_workers=1, dirty_apps=["tests.live.dirty_app:Sleeper"], dirty_graceful_timeout=30
+        )
+        process.append(arbiter)
+        with pytest.raises(RuntimeError) as refused:
+            hooks.on_starting(arbiter)
+        message = str(refused.value)
+        assert "dirty_graceful_timeout 30s = 37s > GRACEFUL_GRACE_PERIOD 30s" in message
+        assert "lower dirty_graceful_timeout to 23s or less" in message
+        assert "graceful_timeout (or leave it unset" not in message
+
+    def test_a_graceful_timeout_leaving_no_room_is_refused_naming_only_it(
+        self, lifecycle: Lifecycle, process: list[Any]
+    ) -> None:
+        """--graceful-timeout 29 leaves the derived dirty pool nothing: refused, naming graceful_timeout alone."""
+        arbiter = arbiter_of(
+            graceful_timeout=29, dirty_workers=1, dirty_apps=["tests.live.dirty_app:Sleeper"], dirty_graceful_timeout=0
+        )
+        process.append(arbiter)
+        with pytest.raises(RuntimeError) as refused:
+            hooks.on_starting(arbiter)
+        message = str(refused.value)
+        assert "less than the 1s its dirty_graceful_timeout needs" in message
+        assert "lower graceful_timeout (or leave it unset: graceful derives it)" in message
+        assert "dirty_graceful_timeout (or" not in message
+
+    def test_a_reload_derives_it_again(self, lifecycle: Lifecycle, process: list[Any]) -> None:
+        """HUP re-reads Gunicorn's config (both back to graceful.conf's 0): on_reload derives both again, the
+        value the master bounds the dirty pool's stop with."""
+        arbiter = with_dirty_pool(process)
+        arbiter.cfg.set("graceful_timeout", 0)
+        arbiter.cfg.set("dirty_graceful_timeout", 0)
+        hooks.on_reload(arbiter)
+        assert (arbiter.cfg.graceful_timeout, arbiter.cfg.dirty_graceful_timeout) == (6, 23)
+
+    def test_pre_shutdown_hooks_count_in_what_is_left(self, lifecycle: Lifecycle, process: list[Any]) -> None:
+        """A 4 s pre-shutdown hook in the config file outlasts the 1 s delay: the dirty pool gets 30 - 4 - 6 s."""
+        lifecycle.pre_shutdown_hook("deregister", timeout=4)(lambda: None)
+        assert with_dirty_pool(process).cfg.dirty_graceful_timeout == 20
+
+
+class TestDerivedGracefulTimeout:
+    def test_a_longer_cleanup_task_in_the_config_is_covered(self, lifecycle: Lifecycle, process: list[Any]) -> None:
+        """A 7 s cleanup task registered in the config file (hook_timeout 2 s): graceful_timeout derives to
+        3 + 7 + 1 s, instead of a refusal that advises leaving unset what is unset."""
+        lifecycle.cleanup_task("flush", timeout=7)(lambda: None)
+        assert started(process, graceful_timeout=0).cfg.graceful_timeout == 11
 
 
 class TestBadSettings:

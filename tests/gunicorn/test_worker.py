@@ -168,6 +168,22 @@ class TestStart:
         with pytest.raises(WorkerRefused, match=r"^graceful: graceful shutdown does not fit GRACEFUL_GRACE_PERIOD"):
             shutdown.start()
 
+    def test_an_asgi_app_is_refused_in_one_line(self, master: Master) -> None:
+        """An ASGI app under a WSGI worker class stops the worker's boot in one line, the app left unwrapped."""
+
+        async def asgi_app(scope: Any, receive: Any, send: Any) -> None:
+            raise AssertionError("never called")
+
+        fake = FakeWorker(app=asgi_app)
+        shutdown = worker_of(fake, master)
+        with pytest.raises(WorkerRefused) as refused:
+            shutdown.start()
+        assert str(refused.value) == (
+            "graceful: the app is an ASGI app, but Gunicorn's sync worker class serves WSGI apps (every request"
+            " would get a 500): serve it with graceful serve module:app (on Uvicorn)"
+        )
+        assert fake.wsgi is asgi_app
+
     def test_the_masters_facts_reach_the_worker(self, master: Master) -> None:
         """The master's ShutdownInitiated and NotAcceptingNewRequests become the worker's, in that order."""
         shutdown = booted(FakeWorker(), master)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.client
 import logging
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from graceful.healthport.address import HealthAddress
+from graceful.healthport.bindwait import BindWait
 from graceful.healthport.limits import Limits
 from graceful.healthport.server import HealthPort
 from graceful.http.health import HealthResponse
@@ -278,20 +280,46 @@ class TestLifecycle:
     """Binding, passive mode, handing the listener on, watching other descriptors, closing."""
 
     def test_address_in_use_is_retried_in_the_background(self, caplog: pytest.LogCaptureFixture) -> None:
-        """With retry_in_use, an address in use is logged once and bound as soon as it is free."""
+        """With wait_in_use, an address in use is logged once and bound as soon as it is free, saying after how
+        long; on_bound is called once."""
         holder = HealthAddress("127.0.0.1", 0).bind()
         address = HealthAddress("127.0.0.1", holder.getsockname()[1])
         server = HealthPort(address, Fixed())
+        bound: list[bool] = []
+        wait = BindWait(str(address), 30.0, time.monotonic(), on_bound=lambda: bound.append(True))
         try:
-            with caplog.at_level(logging.WARNING, logger="graceful.healthport.server"):
-                server.bind(retry_in_use=True)
-            assert server.listener is None
-            server.start()
-            time.sleep(0.7)  # more than one retry
-            holder.close()
-            assert wait_for(lambda: server.listener is not None)
+            with caplog.at_level(logging.INFO, logger="graceful.healthport.server"):
+                server.bind(wait_in_use=wait)
+                assert server.listener is None and server.waiting_for_address
+                server.start()
+                time.sleep(0.7)  # more than one retry
+                holder.close()
+                assert wait_for(lambda: server.listener is not None)
             assert get(server, "/livez")[0] == 200
+            assert bound == [True] and not server.waiting_for_address
             assert len([r for r in caplog.records if "is in use" in r.getMessage()]) == 1
+            [line] = [r.getMessage() for r in caplog.records if "listening on" in r.getMessage()]
+            assert re.search(r"after waiting \d+\.\ds for the address$", line), line
+        finally:
+            holder.close()
+            server.close()
+
+    def test_address_in_use_is_given_up_at_the_bound(self, caplog: pytest.LogCaptureFixture) -> None:
+        """Still in use at the wait's bound: one ERROR line, on_give_up once, and no more tries."""
+        holder = HealthAddress("127.0.0.1", 0).bind()
+        address = HealthAddress("127.0.0.1", holder.getsockname()[1])
+        server = HealthPort(address, Fixed())
+        gave_up: list[bool] = []
+        wait = BindWait(str(address), 0.6, time.monotonic(), on_give_up=lambda: gave_up.append(True))
+        try:
+            with caplog.at_level(logging.INFO, logger="graceful.healthport.server"):
+                server.bind(wait_in_use=wait)
+                server.start()
+                assert wait_for(lambda: bool(gave_up))
+                time.sleep(0.6)  # a retry's time: none comes
+            assert gave_up == [True] and server.listener is None and not server.waiting_for_address
+            errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+            assert len(errors) == 1 and "still in use after" in errors[0] and "giving up" in errors[0]
         finally:
             holder.close()
             server.close()
@@ -406,6 +434,7 @@ class TestLifecycle:
 FORK_SCRIPT = """
 import http.client, os, socket, threading, time
 from graceful.healthport.address import HealthAddress
+from graceful.healthport.bindwait import BindWait
 from graceful.healthport.server import HealthPort
 from graceful.http.health import HealthResponse
 

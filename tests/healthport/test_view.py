@@ -12,7 +12,7 @@ from graceful.core.lifecycle import Lifecycle
 from graceful.healthport.snapshot import Snapshot
 from graceful.healthport.view import HEALTH_RUNNER, MASTER_LOOP, WORKERS, WORKERS_READY, HealthView, Heard
 from graceful.http.health import CheckResult
-from graceful.testing import SignalRecorder
+from graceful.testing import FakeClock, SignalRecorder
 
 NOW = 1000.0
 
@@ -163,6 +163,131 @@ class TestReadiness:
         facts.booting_count = 1
         status, lines = listing(view(Lifecycle(Config()), facts), "readyz")
         assert status == 503 and "[-]workers-ready failed: reason withheld" in lines
+
+
+class TestReplacedWorkers:
+    """workers-ready through HUP, recycling, TTIN/TTOU and worker kills: the last verdict holds while replacements
+    boot, within boot_bound (Gunicorn's timeout), on a fake clock."""
+
+    BOUND = 30.0
+
+    def setup(self, lifecycle: Lifecycle, facts: Facts) -> tuple[FakeClock, HealthView]:
+        clock = FakeClock(start=NOW)
+        v = HealthView(lifecycle, facts, liveness_bound=self.BOUND, stale_after=5.0, workers=True, clock=clock.now)
+        return clock, v
+
+    @staticmethod
+    def heard(clock: FakeClock, pid: int, **kwargs: object) -> Heard:
+        """Worker ``pid``'s snapshot, arrived just now."""
+        snapshot, _ = worker(pid, **kwargs)  # type: ignore[arg-type]
+        return snapshot, clock.now()
+
+    def ready_server(self, lifecycle: Lifecycle, facts: Facts) -> tuple[FakeClock, HealthView]:
+        """Two ready workers, seen by one probe."""
+        clock, v = self.setup(lifecycle, facts)
+        facts.snapshots = [self.heard(clock, 1, ready=(OK_DB,)), self.heard(clock, 2, ready=(OK_DB,))]
+        assert listing(v, "readyz")[0] == 200
+        return clock, v
+
+    def test_hup_old_workers_stopping_new_ones_booting(self, lifecycle: Lifecycle, facts: Facts) -> None:
+        """HUP: the old workers stopping, their replacements not published yet: 200, with a warn: line saying so."""
+        clock, v = self.ready_server(lifecycle, facts)
+        clock.advance(0.3)
+        facts.snapshots = [self.heard(clock, 1, stopping=True), self.heard(clock, 2, stopping=True)]
+        facts.booting_count = 2
+        status, lines = listing(v, "readyz")
+        assert status == 200
+        assert "[+]workers-ready ok" in lines
+        assert (
+            "warn: workers-ready held: no ready worker (2 booting, 2 stopping); the last ready 0.3s ago,"
+            " replacements boot within 30s"
+        ) in lines
+        assert v.respond("healthz", None, "").status == 200
+
+    def test_recycling_the_only_worker(self, lifecycle: Lifecycle, facts: Facts) -> None:
+        """max_requests with one worker: reaped before its replacement is forked (no worker at all), then booting,
+        then starting (a post-start hook pending, its post-start lines left out): 200 throughout, then ready."""
+        clock, v = self.ready_server(lifecycle, facts)
+        clock.advance(0.2)
+        facts.snapshots = []
+        assert listing(v, "readyz")[0] == 200
+        facts.booting_count = 1
+        clock.advance(0.4)
+        assert listing(v, "readyz")[0] == 200
+        facts.booting_count = 0
+        facts.snapshots = [self.heard(clock, 3, ready=(OK_DB,), hooks=(("warm", "not finished"),))]
+        status, lines = listing(v, "readyz")
+        assert status == 200 and lines[:3] == ["[+]ping ok", "[+]workers-ready ok", "[+]db ok"]
+        assert any(line.startswith("warn: workers-ready held: no ready worker (1 starting)") for line in lines)
+        facts.snapshots = [self.heard(clock, 3, ready=(OK_DB,), hooks=(("warm", None),))]
+        status, lines = listing(v, "readyz")
+        assert status == 200 and not any(line.startswith("warn:") for line in lines)
+
+    def test_the_hold_ends_at_the_boot_bound(self, lifecycle: Lifecycle, facts: Facts) -> None:
+        """Replacements that have not published within boot_bound of the last ready worker: 503, saying why."""
+        clock, v = self.ready_server(lifecycle, facts)
+        facts.snapshots = []
+        facts.booting_count = 2
+        clock.advance(self.BOUND)
+        assert listing(v, "readyz")[0] == 200
+        clock.advance(0.5)
+        status, lines = listing(v, "readyz")
+        assert status == 503
+        assert (
+            "[-]workers-ready failed: no ready worker (2 booting); the last ready 30s ago, longer than a boot"
+            " may take (30s)"
+        ) in lines
+
+    def test_a_failing_check_is_a_verdict_that_stands(self, lifecycle: Lifecycle, facts: Facts) -> None:
+        """A fresh worker failing a readiness check fails at once, and replacements booting after it do not
+        bring the hold back: only a ready worker does."""
+        clock, v = self.ready_server(lifecycle, facts)
+        facts.snapshots = [self.heard(clock, 1, ready=(BAD_DB,)), self.heard(clock, 2, stopping=True)]
+        facts.booting_count = 1
+        status, lines = listing(v, "readyz")
+        assert status == 503
+        assert "[-]workers-ready failed: no ready worker (1 booting, 1 not passing their checks, 1 stopping)" in lines
+        facts.snapshots = []
+        facts.booting_count = 2
+        assert listing(v, "readyz")[0] == 503
+        facts.snapshots = [self.heard(clock, 3, ready=(OK_DB,))]
+        facts.booting_count = 1
+        assert listing(v, "readyz")[0] == 200
+        facts.snapshots = []
+        assert listing(v, "readyz")[0] == 200
+
+    def test_start_up_is_not_a_replacement(self, lifecycle: Lifecycle, facts: Facts) -> None:
+        """Before any worker was ready, booting and starting workers fail workers-ready, as before."""
+        clock, v = self.setup(lifecycle, facts)
+        facts.booting_count = 1
+        facts.snapshots = [self.heard(clock, 1, hooks=(("warm", "not finished"),))]
+        status, lines = listing(v, "readyz")
+        assert status == 503 and "[-]workers-ready failed: no ready worker (1 booting, 1 starting)" in lines
+
+    def test_a_silent_worker_ends_the_hold(self, lifecycle: Lifecycle, facts: Facts) -> None:
+        """A live worker not heard for longer than stale_after (not stopping) is not a replacement: 503."""
+        clock, v = self.ready_server(lifecycle, facts)
+        clock.advance(6.0)
+        facts.snapshots = [(facts.snapshots[0][0], NOW)]  # worker 1's last word, 6 s old
+        facts.booting_count = 1
+        status, lines = listing(v, "readyz")
+        assert status == 503 and "[-]workers-ready failed: no ready worker (1 booting, 1 silent)" in lines
+
+    def test_no_hold_through_the_servers_shutdown(self, lifecycle: Lifecycle, facts: Facts) -> None:
+        """The server shutting down: its stopping workers are not replaced; workers-ready fails (/healthz too)."""
+        clock, v = self.ready_server(lifecycle, facts)
+        facts.down = True
+        facts.snapshots = [self.heard(clock, 1, stopping=True)]
+        assert listing(v, "readyz")[0] == 503
+        status, lines = listing(v, "healthz")
+        assert status == 503 and "[-]workers-ready failed: no ready worker (1 stopping)" in lines
+
+    def test_a_worker_killed_while_the_others_serve(self, lifecycle: Lifecycle, facts: Facts) -> None:
+        """TTOU or the control socket's worker kill: one worker stopping, the other ready: 200 with no note."""
+        clock, v = self.ready_server(lifecycle, facts)
+        facts.snapshots = [self.heard(clock, 1, stopping=True), self.heard(clock, 2, ready=(OK_DB,))]
+        status, lines = listing(v, "readyz")
+        assert status == 200 and not any(line.startswith("warn:") for line in lines)
 
 
 class TestLiveness:

@@ -17,6 +17,7 @@ from graceful.process.sockets import (
     accept_queue_length,
     close_after_queue_drains,
     drop_new_handshakes,
+    wait_for_queues_to_drain,
 )
 
 linux_only = pytest.mark.skipif(sys.platform != "linux", reason="socket filters and TCP_INFO queue length are Linux's")
@@ -126,6 +127,22 @@ def test_queued_connections_are_accepted_before_the_listener_stops(listener: soc
         server_side.close()
     with pytest.raises(ConnectionRefusedError):
         _connect(listener)
+
+
+@linux_only
+def test_waiting_for_the_queue_leaves_the_listener_to_its_owner(listener: socket.socket) -> None:
+    """wait_for_queues_to_drain returns once what is queued is accepted, the socket still listening
+    (an event loop closes it itself); new handshakes are dropped from the call on."""
+    client = _connect(listener)
+    _wait_queued(listener, 1)
+    with ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(wait_for_queues_to_drain, [listener], 10.0)
+        server_side = listener.accept()[0]
+        assert waiting.result(timeout=15) == 0
+    _assert_talks(client, server_side)
+    assert listener.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN) == 1
+    client.close()
+    server_side.close()
 
 
 @linux_only

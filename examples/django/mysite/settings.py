@@ -23,6 +23,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = ["django.middleware.common.CommonMiddleware"]
 ROOT_URLCONF = "mysite.urls"
 WSGI_APPLICATION = "mysite.wsgi.application"
+ASGI_APPLICATION = "mysite.asgi.application"  # graceful.django.get_asgi_application(): mysite/asgi.py
 USE_TZ = True
 
 DATABASES = {

@@ -111,8 +111,14 @@ class Arbiter(Protocol):
     def dirty_pid(self) -> int:
         """The pid of Gunicorn 27's dirty arbiter while it lives (0: none, or a release without dirty workers)."""
 
+    def dirty_pool_configured(self) -> bool:
+        """Whether Gunicorn 27's dirty pool is configured (``dirty_workers`` and ``dirty_apps``)."""
+
     def dirty_graceful_timeout(self) -> float:
         """How long the dirty arbiter waits for its workers once stopped (0: no dirty pool configured)."""
+
+    def set_dirty_graceful_timeout(self, seconds: int) -> None:
+        """Before the dirty arbiter's fork (``on_starting``, ``on_reload``): set ``dirty_graceful_timeout``."""
 
     def signal_dirty(self, signum: int) -> None:
         """Send ``signum`` to the dirty arbiter, if there is one."""
@@ -272,12 +278,21 @@ class ArbiterAdapter:
         """See :meth:`Arbiter.dirty_pid`."""
         return int(getattr(self._server, "dirty_arbiter_pid", 0) or 0)
 
+    def dirty_pool_configured(self) -> bool:
+        """See :meth:`Arbiter.dirty_pool_configured` (Gunicorn 25+ has the settings; earlier releases: False)."""
+        cfg = self._server.cfg
+        return bool(getattr(cfg, "dirty_workers", 0) and getattr(cfg, "dirty_apps", None))
+
     def dirty_graceful_timeout(self) -> float:
         """See :meth:`Arbiter.dirty_graceful_timeout`; 0 unless a dirty pool is configured (Gunicorn 27+)."""
-        cfg = self._server.cfg
-        if not (getattr(cfg, "dirty_workers", 0) and getattr(cfg, "dirty_apps", None)):
+        if not self.dirty_pool_configured():
             return 0.0
-        return float(getattr(cfg, "dirty_graceful_timeout", 0) or 0)
+        return float(getattr(self._server.cfg, "dirty_graceful_timeout", 0) or 0)
+
+    def set_dirty_graceful_timeout(self, seconds: int) -> None:
+        """See :meth:`Arbiter.set_dirty_graceful_timeout`. The dirty arbiter reads it from its copy of the config
+        (forked after ``on_starting``) when it stops; the master, when it bounds that stop."""
+        self._server.cfg.set("dirty_graceful_timeout", seconds)
 
     def signal_dirty(self, signum: int) -> None:
         """See :meth:`Arbiter.signal_dirty`."""
