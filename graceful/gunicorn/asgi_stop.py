@@ -19,9 +19,11 @@ over, for the server's shutdown and for a process stop alike:
 3. the long-lived connections still open are told to leave (WebSockets 1001,
    streams ended at a chunk boundary: :func:`graceful.asgi.goodbyes_of`)
    and waited for, within the same deadline;
-4. the worker's connections close (every response since the stop began said
-   ``Connection: close``; an idle keep-alive one at its keep-alive timeout),
-   within the same deadline;
+4. the worker's connections close: every response from the stop's start
+   says ``Connection: close`` (a request already running included) and its
+   connection closes after it; an idle keep-alive one at the server's
+   keep-alive timeout (closing it at once would lose the request a client
+   may be sending on it that moment), within the same deadline;
 5. the app's lifespan shutdown runs, bounded by what the budget leaves
    before the cleanup tasks (which ``worker_exit`` runs after the loop ends);
 6. the worker's own stop runs with nothing left to wait for: its loop ends,
@@ -67,8 +69,20 @@ class AsgiLoop(Protocol):
     def requests_served(self) -> int:
         """Any thread: how many requests the worker has served."""
 
-    def stop_accepting(self) -> None:
-        """On the loop: stop taking connections on this worker's listeners (other processes keep theirs)."""
+    async def stop_accepting(self) -> None:
+        """On the loop: stop taking connections on this worker's listeners (other processes keep theirs).
+
+        Every connection already accepted is kept and served.
+        """
+
+    def close_after_response(self) -> None:
+        """On the loop: from now on each response says ``Connection: close`` and its connection closes after it.
+
+        Idle keep-alive connections are not closed here: a client may be
+        sending its next request on one that very moment (it would be lost);
+        they close after that request's response, or at the server's
+        keep-alive timeout, as in normal operation.
+        """
 
     def open_connections(self) -> int:
         """On the loop: the connections this worker holds (keep-alive, serving, WebSockets)."""
@@ -107,7 +121,7 @@ class AsgiStop:
         if loop is None:
             return
         with contextlib.suppress(RuntimeError):  # the loop closed: nothing accepts any more
-            loop.call_soon_threadsafe(self._loop.stop_accepting)
+            asyncio.run_coroutine_threadsafe(self._loop.stop_accepting(), loop)
 
     def stop(self, started_at: float, drain_timeout: float, on_loop_gone: Callable[[], object]) -> int:
         """``graceful-stop`` thread: carry out the stop on the loop; the connections still open at its deadline.
@@ -145,9 +159,9 @@ class AsgiStop:
         from graceful.asgi import goodbyes_of  # imported here: the module loads no asyncio side in a WSGI worker
 
         loop = self._loop
-        loop.stop_accepting()
-        # A connection accepted just before has its protocol made on the loop's next turns.
-        await asyncio.sleep(0)
+        await loop.stop_accepting()
+        # A keep-alive client's next request would hold the worker until the drain's deadline.
+        loop.close_after_response()
         in_flight = self._lifecycle.in_flight
         await _until(lambda: in_flight.count == 0, deadline)
         goodbyes = goodbyes_of(self._lifecycle)

@@ -57,6 +57,7 @@ from graceful.gunicorn.process_stop import ProcessStop
 from graceful.gunicorn.recycling import GthreadStop
 from graceful.gunicorn.shared import ArrivalBoard
 from graceful.gunicorn.stop_reason import StopReason
+from graceful.gunicorn.worker_classes import ASGI_KINDS
 from graceful.http.apps import is_asgi_app
 from graceful.process.exit import skip_exit_collections
 from graceful.process.sockets import close_after_queue_drains
@@ -88,9 +89,10 @@ def asgi_refusal(app: object, kind: str | None) -> str | None:
     """Why a WSGI worker class (``kind``) must not serve ``app``: it is an ASGI app; None when it is WSGI.
 
     Gunicorn's sync, gthread and gevent workers call the app as WSGI: an ASGI
-    app would answer every request with 500. Worker main thread, once, at boot.
+    app would answer every request with 500 (the ASGI workers, ``-k asgi`` and
+    Uvicorn's, serve it). Worker main thread, once, at boot.
     """
-    if not is_asgi_app(app):
+    if kind in ASGI_KINDS or not is_asgi_app(app):
         return None
     return (
         f"graceful: the app is an ASGI app, but Gunicorn's {kind} worker class serves WSGI apps (every request"

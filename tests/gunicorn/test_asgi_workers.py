@@ -45,6 +45,7 @@ class Figures:
     in_flight_lost: int = 0
     after_sent: int = 0
     after_failed: int = 0
+    failures: list[str] = field(default_factory=list)  # each failed request after T0: when sent, what it got
     readyz: list[int] = field(default_factory=list)  # status of each /readyz after T0 (0: failed)
     ws_codes: list[int | None] = field(default_factory=list)
     ws_closed_at: list[float] = field(default_factory=list)
@@ -63,7 +64,7 @@ class Figures:
             f" WebSocket codes {self.ws_codes} closed at {[round(t, 2) for t in self.ws_closed_at]} s"
             f" (spread {spread:.2f} s), SSE ended cleanly {self.sse_clean}/2,"
             f" lifespan shutdown {self.shutdowns}/{self.startups} workers, exit {self.exit_status}"
-            f" after {self.exit_after:.2f} s"
+            f" after {self.exit_after:.2f} s" + (f"; failed: {self.failures}" if self.failures else "")
         )
 
 
@@ -132,10 +133,16 @@ async def sigterm_scenario(proc: subprocess.Popen[bytes], port: int, figures: Fi
             figures.in_flight_lost += 1
 
     async def after(client: httpx.AsyncClient, path: str) -> int:
+        sent_at = loop.time() - t0
         try:
-            return (await client.get(f"{base}{path}")).status_code
-        except httpx.HTTPError:
-            return 0
+            status = (await client.get(f"{base}{path}")).status_code
+        except httpx.HTTPError as exc:
+            status, got = 0, repr(exc)
+        else:
+            got = str(status)
+        if path == "/" and status != 200:
+            figures.failures.append(f"{path} sent at {sent_at:.3f} s, {got} at {loop.time() - t0:.3f} s")
+        return status
 
     timeout = httpx.Timeout(10.0)
     async with httpx.AsyncClient(timeout=timeout) as streams, httpx.AsyncClient(timeout=timeout) as slows:
@@ -190,6 +197,7 @@ def test_sigterm_keeps_the_promise(worker_class: str, tmp_path: Path) -> None:
     figures = sigterm_run(worker_class, True, tmp_path)
     print(figures.line("graceful"))
     assert figures.in_flight_lost == 0
+    assert not figures.failures, figures.line("graceful")
     assert figures.after_sent > 20 and figures.after_failed == 0
     assert figures.readyz and all(status == 503 for status in figures.readyz)
     assert figures.ws_codes == [1001, 1001]

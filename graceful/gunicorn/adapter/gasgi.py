@@ -45,7 +45,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from graceful.gunicorn.adapter.event_loop import guard_accept, is_sleeping_in
+from graceful.gunicorn.adapter.event_loop import close_servers, guard_accept, is_sleeping_in
 from graceful.gunicorn.adapter.release import GunicornMissing, bound_worker_drain, gunicorn_release
 
 __all__ = ["OLDEST_GASGI", "GasgiLoop", "class_problem", "force_close"]
@@ -123,10 +123,17 @@ class GasgiLoop:
         """See :meth:`AsgiLoop.requests_served`."""
         return int(self._worker.nr)
 
-    def stop_accepting(self) -> None:
+    async def stop_accepting(self) -> None:
         """See :meth:`AsgiLoop.stop_accepting`: this process's servers close (the other processes keep theirs)."""
-        for server in list(self._worker.servers):
-            server.close()
+        await close_servers(list(self._worker.servers))
+
+    def close_after_response(self) -> None:
+        """See :meth:`AsgiLoop.close_after_response`: ``pre_request`` does it here (:func:`force_close`).
+
+        A request already running when the stop began keeps its connection
+        (Gunicorn offers no handle on it): the client's next request on it
+        gets ``Connection: close``.
+        """
 
     def open_connections(self) -> int:
         """See :meth:`AsgiLoop.open_connections`."""

@@ -5,16 +5,18 @@ Runs in such a worker process; :func:`class_problem` in the master
 ``post_worker_init`` (main thread, app loaded; the worker's ``run()`` has
 not yet made its event loop, nor its ``uvicorn.Server``). The logic of the
 stop is :mod:`graceful.gunicorn.asgi_stop`'s; this module answers its
-questions and carries out its steps on Uvicorn's server:
+questions and carries out its steps on Uvicorn's server. What is the same as
+``graceful serve`` on Uvicorn is :mod:`graceful.uvicorn.adapter`'s, reused
+here: the probe of Uvicorn's internals and its oldest release, the Server
+that captures no signal, the closing of idle keep-alive connections.
+What the worker adds:
 
 ================================  ===============================================================
 what graceful touches             why
 ================================  ===============================================================
 the worker module's ``Server``    replaced, in this process only, before ``_serve`` reads it, by a
-                                  subclass that: captures no signal (Uvicorn's ``capture_signals``
-                                  would replace graceful's SIGTERM handler, begin Uvicorn's stop at
-                                  once, closing every connection and WebSocket with 1012, and
-                                  re-raise the signal at exit); guards the loop's accept
+                                  subclass that: captures no signal (graceful serve's
+                                  ``signal_free_server_class``); guards the loop's accept
                                   (:mod:`.event_loop`) and records the server and its loop at
                                   ``startup``; calls graceful on each ``on_tick`` (the
                                   ``max_requests`` count)
@@ -22,74 +24,81 @@ the worker module's ``Server``    replaced, in this process only, before ``_serv
 ``worker.config``                 ``limit_max_requests`` set to None (graceful counts and stops);
                                   ``timeout_graceful_shutdown``: what is left of the drain when
                                   Uvicorn's own stop runs, so it never waits without a bound
-``Server.servers``                closed to stop accepting
-``Server.server_state``           ``connections`` (open) and ``total_requests`` (served)
+``Config.loaded_app``             wrapped at ``startup`` (the protocols read it per connection):
+                                  once the stop began, responses say ``Connection: close``
+``Server.servers``                closed to stop accepting (:func:`.event_loop.close_servers`)
+``Server.server_state``           ``connections`` (open; those in a request when the stop begins
+                                  close after it, as in graceful serve) and ``total_requests``
 ``Server.lifespan``               its ``shutdown()`` run by graceful, bounded; Uvicorn's stop then
                                   finds it done
 ``Server.should_exit``            set by graceful only, at the end of its stop
 ================================  ===============================================================
 
 The oldest supported: uvicorn-worker 0.2.0 (0.1.0 is an empty package; 0.2.0
-is the first with the worker, already built this way) and Uvicorn 0.29.0
-(the first with ``Server.capture_signals``; ``uvicorn.workers`` is the same
-worker). A release without one of these names is refused in one line.
+is the first with the worker, already built this way) on the oldest Uvicorn
+graceful drives (:data:`graceful.uvicorn.adapter.OLDEST_UVICORN`;
+``uvicorn.workers`` is the same worker). A release without one of these
+names is refused in one line.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import importlib
 import inspect
 import logging
 import os
-import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
-from graceful.gunicorn.adapter.event_loop import guard_accept
+from graceful.gunicorn.adapter.event_loop import close_servers, guard_accept
+from graceful.uvicorn.adapter import (
+    OLDEST_UVICORN_TEXT,
+    close_after_requests,
+    missing_internals,
+    signal_free_server_class,
+    uvicorn_release,
+)
 
-__all__ = ["OLDEST_UVICORN", "UvicornWorkerLoop", "class_problem"]
+__all__ = ["UvicornWorkerLoop", "class_problem"]
 
 logger = logging.getLogger(__name__)
 
-#: The oldest Uvicorn graceful drives in a Gunicorn worker (the first with ``Server.capture_signals``).
-OLDEST_UVICORN = (0, 29)
-_SERVER_NEEDS = ("serve", "startup", "shutdown", "on_tick", "capture_signals")
-_CONFIG_NEEDS = ("limit_max_requests", "timeout_graceful_shutdown", "app")
-
-
-def _release_of(module_name: str) -> str:
-    module = sys.modules.get(module_name)
-    return str(getattr(module, "__version__", "(unknown)"))
-
-
-def _uvicorn_version() -> tuple[int, ...] | None:
-    match = re.match(r"(\d+)\.(\d+)", _release_of("uvicorn"))
-    return None if match is None else (int(match.group(1)), int(match.group(2)))
+# What the worker adds to what graceful serve touches of Uvicorn (graceful.uvicorn.adapter).
+_CONFIG_NEEDS = ("limit_max_requests", "timeout_graceful_shutdown", "app", "load")
 
 
 def _refusal(cls: type, what: str) -> str:
+    release = uvicorn_release(sys.modules["uvicorn"]) if "uvicorn" in sys.modules else "(not imported)"
     return (
-        f"graceful: {cls.__module__}.{cls.__qualname__} (uvicorn {_release_of('uvicorn')}) is not supported: {what};"
-        f" graceful supports uvicorn-worker 0.2.0+ on uvicorn {'.'.join(map(str, OLDEST_UVICORN))}+"
+        f"graceful: {cls.__module__}.{cls.__qualname__} (uvicorn {release}) is not supported: {what};"
+        f" graceful supports uvicorn-worker 0.2.0+ on uvicorn {OLDEST_UVICORN_TEXT}+"
     )
 
 
 def class_problem(cls: type) -> str | None:
-    """The master, ``on_starting``: the one-line refusal of this worker class's release, or None."""
-    version = _uvicorn_version()
-    if version is not None and version < OLDEST_UVICORN:
-        return _refusal(cls, "Uvicorn is too old")
+    """The master, ``on_starting``: the one-line refusal of this worker class's release, or None.
+
+    Uvicorn's own internals are probed as ``graceful serve`` probes them
+    (:func:`graceful.uvicorn.adapter.missing_internals`); here only what the
+    worker adds: its module's ``Server`` (replaced) with ``on_tick``, and ``_serve``.
+    """
     module = sys.modules.get(cls.__module__)
     server = getattr(module, "Server", None)
     if not inspect.isclass(server):
         return _refusal(cls, f"its module {cls.__module__} has no Server")
-    missing = [f"Server.{name}" for name in _SERVER_NEEDS if not callable(getattr(server, name, None))]
+    try:
+        uvicorn = importlib.import_module("uvicorn")  # the worker's module imported it already
+    except ImportError:
+        return _refusal(cls, "Uvicorn is not installed")
+    missing = missing_internals(uvicorn)
+    if not callable(getattr(server, "on_tick", None)):
+        missing.append("Server.on_tick")
     if not callable(getattr(cls, "_serve", None)):
         missing.append("_serve")
     if missing:
-        return _refusal(cls, f"it has no {', '.join(missing)}")
+        return _refusal(cls, ", ".join(missing))
     return None
 
 
@@ -103,6 +112,8 @@ class UvicornWorkerLoop:
         self._loop: asyncio.AbstractEventLoop | None = None
         #: Called on the loop at each of Uvicorn's ticks (every 0.1 s): graceful's max_requests count.
         self.on_tick: Callable[[], object] = _nothing
+        #: True once the stop began: every response says ``Connection: close`` (:meth:`close_after_response`).
+        self.closing = False
 
     @classmethod
     def probe(cls, worker: Any) -> UvicornWorkerLoop:
@@ -123,18 +134,15 @@ class UvicornWorkerLoop:
         base = module.Server
         adapter = self
 
-        class GracefulWorkerServer(base):  # type: ignore[misc, valid-type]  # Uvicorn's Server, found at run time
+        class GracefulWorkerServer(signal_free_server_class(base)):  # type: ignore[misc]  # known at run time
             """Uvicorn's Server under graceful: no signals of its own, its loop and count reported."""
-
-            @contextlib.contextmanager
-            def capture_signals(self) -> Iterator[None]:
-                # graceful's SIGTERM handler stays: its stop decides when Uvicorn's begins.
-                yield
 
             async def startup(self, sockets: Any = None) -> None:
                 loop = asyncio.get_running_loop()
                 guard_accept(loop)
                 adapter.server = self
+                # The protocols take the app from here when a connection is made (after startup).
+                self.config.loaded_app = _closing_after_stop(self.config.loaded_app, adapter)
                 await super().startup(sockets=sockets)
                 adapter._loop = loop
 
@@ -160,10 +168,14 @@ class UvicornWorkerLoop:
         server = self.server
         return 0 if server is None else int(server.server_state.total_requests)
 
-    def stop_accepting(self) -> None:
+    async def stop_accepting(self) -> None:
         """See :meth:`AsgiLoop.stop_accepting`: this process's servers close (the other processes keep theirs)."""
-        for server in list(getattr(self.server, "servers", ())):
-            server.close()
+        await close_servers(list(getattr(self.server, "servers", ())))
+
+    def close_after_response(self) -> None:
+        """See :meth:`AsgiLoop.close_after_response`: running requests by Uvicorn, later ones by the app's wrapper."""
+        self.closing = True
+        close_after_requests(self.server)
 
     def open_connections(self) -> int:
         """See :meth:`AsgiLoop.open_connections`."""
@@ -192,6 +204,32 @@ class UvicornWorkerLoop:
         """See :meth:`AsgiLoop.finish`: Uvicorn's own stop, its wait bounded by ``timeout``."""
         self._worker.config.timeout_graceful_shutdown = max(0.0, timeout)
         self.server.should_exit = True
+
+
+def _closing_after_stop(app: Any, adapter: UvicornWorkerLoop) -> Any:
+    """The worker's app (on its loop): once the stop began, each HTTP response says ``Connection: close``.
+
+    Uvicorn then closes the connection after the response (it honours the
+    app's header), where closing an idle one would race the client's next
+    request. Before the stop, requests pass with one attribute read more (a
+    request that began before is closed after by :meth:`UvicornWorkerLoop.close_after_response`).
+    """
+
+    async def closing_after_stop(scope: Any, receive: Any, send: Any) -> None:
+        if not adapter.closing or scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+
+        async def send_closing(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", ()))
+                if not any(name.lower() == b"connection" for name, _ in headers):
+                    message = {**message, "headers": [*headers, (b"connection", b"close")]}
+            await send(message)
+
+        await app(scope, receive, send_closing)
+
+    return closing_after_stop
 
 
 async def _done() -> None:
