@@ -131,9 +131,9 @@ class AsgiStop:
         worker never served) or does not answer in time, ``on_loop_gone``
         (Gunicorn's own stop) is called instead.
         """
-        loop = self._loop.running_loop()
         deadline = started_at + drain_timeout
         lifespan_deadline = max(deadline, started_at + self.lifespan_until)
+        loop = self._serving_loop(deadline)
         if loop is None:
             on_loop_gone()
             return 0
@@ -153,6 +153,20 @@ class AsgiStop:
             logger.exception("graceful: the worker's stop on its event loop failed")
         on_loop_gone()
         return 0
+
+    def _serving_loop(self, deadline: float) -> asyncio.AbstractEventLoop | None:
+        """``graceful-stop`` thread: the worker's loop, waited for until ``deadline`` (monotonic) if not serving yet.
+
+        A stop may come while the worker is still starting (a HUP just after
+        its boot): Uvicorn's worker has no loop until its startup ended, and
+        handing over to Gunicorn's stop then would stop nothing (Uvicorn
+        listens to no signal under graceful): the master's SIGKILL would.
+        """
+        loop = self._loop.running_loop()
+        while loop is None and time.monotonic() < deadline:
+            time.sleep(POLL)
+            loop = self._loop.running_loop()
+        return loop
 
     async def _stop(self, deadline: float, lifespan_deadline: float) -> int:
         """On the loop: the steps of the module docstring."""

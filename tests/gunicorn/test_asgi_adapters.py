@@ -498,11 +498,33 @@ class TestAsgiStop:
         assert asyncio.run(main()) == 2
         assert fake.steps == ["stop accepting", "close after response", "lifespan", "finish"]
 
-    def test_no_loop_hands_over_to_gunicorn(self) -> None:
-        """A worker whose loop never ran: Gunicorn's own stop at once."""
+    def test_no_loop_by_the_deadline_hands_over_to_gunicorn(self) -> None:
+        """A worker whose loop never ran by the drain's deadline: Gunicorn's own stop."""
         gone: list[str] = []
-        AsgiStop(FakeAsgiLoop(), Lifecycle(), 1.0).stop(_now(), 1.0, lambda: gone.append("gunicorn"))
+        AsgiStop(FakeAsgiLoop(), Lifecycle(), 1.0).stop(_now() - 10.0, 1.0, lambda: gone.append("gunicorn"))
         assert gone == ["gunicorn"]
+
+    def test_a_stop_while_the_worker_starts_waits_for_its_loop(self) -> None:
+        """The loop not serving yet at the first look (a HUP just after boot): waited for, then the same steps."""
+        fake = FakeAsgiLoop()
+        looks: list[None] = []
+        loop_when_serving = fake.running_loop
+
+        def running_loop() -> asyncio.AbstractEventLoop | None:
+            looks.append(None)
+            return None if len(looks) == 1 else loop_when_serving()
+
+        fake.running_loop = running_loop  # type: ignore[method-assign]
+        stop = AsgiStop(fake, Lifecycle(), lifespan_until=5.0)
+        gone: list[str] = []
+
+        async def main() -> int:
+            fake.loop = asyncio.get_running_loop()
+            return await asyncio.to_thread(stop.stop, _now(), 5.0, lambda: gone.append("gunicorn"))
+
+        assert asyncio.run(main()) == 0
+        assert len(looks) >= 2 and gone == []
+        assert fake.steps == ["stop accepting", "close after response", "lifespan", "finish"]
 
     def test_max_requests_counts_the_pending_request(self) -> None:
         """The request that reaches max_requests (served + pending) stops the worker."""
