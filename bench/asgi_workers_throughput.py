@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import httpx
 
 from bench.gunicorn_throughput import Result, cpu_ratio, cpu_seconds, paired_ratio, pin_cpus, run_wrk
-from tests.e2e_harness import ROOT, clean_env, free_port
+from tests.e2e_harness import ROOT, _gunicorn_supports, clean_env, free_port
 
 CLASSES = ("asgi", "uvicorn_worker.UvicornWorker", "uvicorn.workers.UvicornWorker")
 APP = "tests.live.asgi_workers_app:app"
@@ -44,7 +44,10 @@ def start(worker_class: str, graceful: bool, marks: Path) -> tuple[subprocess.Po
     env = clean_env({"ASGI_MARKS": str(marks), "PYTHONWARNINGS": "ignore::DeprecationWarning"})
     config = ["-c", "python:graceful.conf"] if graceful else []
     argv = [str(Path(sys.executable).with_name("gunicorn")), *config, "-k", worker_class, "-w", "1"]
-    argv += ["-b", f"127.0.0.1:{port}", "--log-level", "warning", APP]
+    argv += ["-b", f"127.0.0.1:{port}", "--log-level", "warning"]
+    if _gunicorn_supports("control_socket_disable"):  # 25+: both instances' would share one path
+        argv.append("--no-control-socket")
+    argv.append(APP)
     proc = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:

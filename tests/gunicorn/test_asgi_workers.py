@@ -38,7 +38,7 @@ import httpx
 import pytest
 import websockets
 
-from tests.e2e_harness import ROOT, clean_env, free_port
+from tests.e2e_harness import ROOT, _gunicorn_supports, clean_env, free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.gunicorn, pytest.mark.asgi]
 
@@ -120,6 +120,8 @@ def start(
     config = ["-c", "python:graceful.conf"] if graceful else ["--graceful-timeout", str(PLAIN_GRACE)]
     command = [GUNICORN, *config, "-k", worker_class, "-w", str(workers), "-b", f"127.0.0.1:{port}"]
     command += ["--keep-alive", "2"]
+    if _gunicorn_supports("control_socket_disable"):  # 25+: every instance's would share one path
+        command.append("--no-control-socket")
     command += [*extra, "tests.live.asgi_workers_app:app"]
     with (marks / "gunicorn.log").open("ab") as log:  # the child keeps its own descriptor
         proc = subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log)
@@ -250,7 +252,8 @@ def test_sigterm_keeps_the_promise(worker_class: str, tmp_path: Path) -> None:
     record("graceful", dataclasses.asdict(figures))
     assert figures.in_flight_lost == 0
     assert not figures.failures, figures.line("graceful")
-    assert figures.after_sent >= 5 and figures.after_failed == 0
+    # How many go out in the delay depends on the client's CPU (35-39 on a quiet machine, 4 on a starved one).
+    assert figures.after_sent >= 1 and figures.after_failed == 0
     assert figures.readyz and all(status == 503 for status in figures.readyz)
     assert figures.ws_codes == [1001] * SOCKETS
     # Told over the delay, not at once. On a quiet machine each 0.1-0.2 s after the other (recorded); a starved
