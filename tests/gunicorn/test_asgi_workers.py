@@ -24,11 +24,13 @@ import asyncio
 import dataclasses
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -277,10 +279,13 @@ def test_plain_gunicorn_figures(worker_class: str, tmp_path: Path) -> None:
     record("plain", dataclasses.asdict(figures))
 
 
-async def keep_alive_load(port: int, requests: int, during: Any) -> tuple[int, int]:
-    """4 keep-alive clients send ``requests`` in all (at most LOAD_BOUND s), ``during()`` after a third."""
+async def keep_alive_load(port: int, requests: int, *signals: Callable[[], object]) -> tuple[int, int]:
+    """4 keep-alive clients send ``requests`` in all (at most LOAD_BOUND s); ``signals`` spread over them.
+
+    With two, the first is called after a third of the requests, the second after two thirds.
+    """
     sent = failed = 0
-    third = asyncio.Event()
+    marks = [asyncio.Event() for _ in signals]
     end = time.monotonic() + LOAD_BOUND
 
     async def client() -> None:
@@ -288,8 +293,9 @@ async def keep_alive_load(port: int, requests: int, during: Any) -> tuple[int, i
         async with httpx.AsyncClient(timeout=10) as session:
             while sent < requests and time.monotonic() < end:
                 sent += 1
-                if sent >= requests // 3:
-                    third.set()
+                for index, mark in enumerate(marks):
+                    if sent >= requests * (index + 1) // (len(marks) + 1):
+                        mark.set()
                 try:
                     if (await session.get(f"http://127.0.0.1:{port}/")).status_code != 200:
                         failed += 1
@@ -297,40 +303,57 @@ async def keep_alive_load(port: int, requests: int, during: Any) -> tuple[int, i
                     failed += 1
 
     tasks = [asyncio.ensure_future(client()) for _ in range(4)]
-    await asyncio.wait_for(third.wait(), LOAD_BOUND)
-    during()
+    for mark, send in zip(marks, signals, strict=True):
+        await asyncio.wait_for(mark.wait(), LOAD_BOUND)
+        send()
     await asyncio.gather(*tasks)
     return sent, failed
 
 
+def serving_workers(marks: Path) -> int:
+    """Workers whose app started and that have not stopped, once a replacement being forked has started (5 s)."""
+    deadline = time.monotonic() + 5
+    while True:
+        log = (marks / "gunicorn.log").read_text()
+        serving = len(list(marks.glob("startup-*"))) - len(re.findall(r"graceful: worker \d+ stopped \(", log))
+        if serving >= 1 or time.monotonic() > deadline:
+            return serving
+        time.sleep(0.05)
+
+
 @pytest.mark.parametrize("worker_class", CLASSES)
-def test_hup_and_max_requests_recycle_without_a_failure(worker_class: str, tmp_path: Path) -> None:
-    """max_requests 60 (jitter 10) and a HUP under keep-alive load: every request answered 200, workers recycled."""
+def test_hup_ttou_and_max_requests_without_a_failure(worker_class: str, tmp_path: Path) -> None:
+    """max_requests 60 (jitter 10), a HUP then a TTOU under keep-alive load: every request 200, workers recycled."""
     marks = tmp_path / "marks"
     proc, port = start(worker_class, True, marks, "--max-requests", "60", "--max-requests-jitter", "10")
     try:
-        sent, failed = asyncio.run(keep_alive_load(port, REQUESTS, lambda: proc.send_signal(signal.SIGHUP)))
+        hup, ttou = (lambda: proc.send_signal(signal.SIGHUP)), (lambda: proc.send_signal(signal.SIGTTOU))
+        sent, failed = asyncio.run(keep_alive_load(port, REQUESTS, hup, ttou))
         replaced = len(list(marks.glob("startup-*"))) - 2
         log = (marks / "gunicorn.log").read_text()
         recycled = log.count("stopping (recycled)")
+        scaled_in = log.count("stopping (scale-in)")
         held = log.count("still open at the drain's deadline")
-        print(f"graceful -k {worker_class}: HUP and max_requests: {failed} failed of {sent}; {replaced} replaced")
+        print(f"graceful -k {worker_class}: HUP, TTOU and max_requests: {failed} failed of {sent}; {replaced} replaced")
         record(
             "graceful",
             {
                 "worker_class": worker_class,
-                "scenario": "HUP and max_requests",
+                "scenario": "HUP, TTOU and max_requests",
                 "sent": sent,
                 "failed": failed,
                 "replaced": replaced,
                 "recycled": recycled,
                 "held": held,
+                "scaled_in": scaled_in,
             },
         )
         assert sent == REQUESTS and failed == 0
         # max_requests recycled workers (how many depends on how fast replacements boot); none was held by a
         # keep-alive client until the drain's deadline (each leaves after its next response).
         assert recycled >= 2 and held == 0, log[-3000:]
+        # TTOU: one worker fewer for good (a worker stopped as scale-in, or one recycled meanwhile not replaced).
+        assert scaled_in <= 1 and serving_workers(marks) == 1, log[-3000:]
     finally:
         proc.send_signal(signal.SIGTERM)
         status = proc.wait(30)
