@@ -76,9 +76,9 @@ def cpu_seconds(master: int) -> float:
     return total
 
 
-def run_wrk(port: int, seconds: float, connections: int, threads: int) -> tuple[float, int, int]:
-    """Requests/s, requests and errors of one wrk run against 127.0.0.1:``port``."""
-    argv = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds:g}s", f"http://127.0.0.1:{port}{PATH}"]
+def run_wrk(port: int, seconds: float, connections: int, threads: int, path: str = PATH) -> tuple[float, int, int]:
+    """Requests/s, requests and errors (non-2xx included) of one wrk run against 127.0.0.1:``port``."""
+    argv = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds:g}s", f"http://127.0.0.1:{port}{path}"]
     out = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 30, check=True).stdout
     match = re.search(r"Requests/sec:\s+([\d.]+)", out)
     if match is None:

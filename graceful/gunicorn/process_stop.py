@@ -35,7 +35,7 @@ import threading
 import time
 from collections.abc import Callable
 from types import FrameType
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from graceful.gunicorn.adapter.gevent import GeventServers
 from graceful.gunicorn.adapter.worker import Worker
@@ -43,6 +43,9 @@ from graceful.gunicorn.channel import Kind
 from graceful.gunicorn.http2 import Http2Drain
 from graceful.gunicorn.recycling import GthreadStop
 from graceful.gunicorn.stop_reason import StopReason
+
+if TYPE_CHECKING:
+    from graceful.gunicorn.asgi_stop import AsgiStop
 
 __all__ = ["ProcessStop"]
 
@@ -80,6 +83,8 @@ class ProcessStop:
         self.on_begin: Callable[[], object] = _nothing
         self.gthread: GthreadStop | None = None
         self.gevent: GeventServers | None = None
+        #: An ASGI worker's stop, on its event loop (:mod:`.asgi_stop`); None for the WSGI classes.
+        self.asgi: AsgiStop | None = None
         #: The worker's HTTP/2 draining (GOAWAY from the stop's start); None: it serves no HTTP/2.
         self.http2: Http2Drain | None = None
         self._gunicorn_term: Callable[[int, Any], object] = self._not_alive
@@ -119,6 +124,7 @@ class ProcessStop:
         gthread: GthreadStop | None,
         gevent: GeventServers | None,
         http2: Http2Drain | None = None,
+        asgi: AsgiStop | None = None,
     ) -> None:
         """``post_worker_init``: take SIGTERM over, start the ``graceful-stop`` thread (after gevent's patch).
 
@@ -129,6 +135,7 @@ class ProcessStop:
         self.gthread = gthread
         self.gevent = gevent
         self.http2 = http2
+        self.asgi = asgi
         # Made now: under gevent, of the cooperative kind.
         self._lock = threading.Lock()
         handler = signal.getsignal(signal.SIGTERM)
@@ -149,8 +156,8 @@ class ProcessStop:
         if self.term_at is None:
             self.term_at = time.monotonic()
         self._wake()
-        if self.gthread is None and self.http2 is None:
-            # gthread, and gevent serving HTTP/2: the graceful-stop thread calls it at the end.
+        if self.gthread is None and self.http2 is None and self.asgi is None:
+            # gthread, gevent serving HTTP/2, the ASGI workers: the graceful-stop thread calls it at the end.
             self._gunicorn_term(signum, frame)
 
     def _wake(self) -> None:
@@ -194,10 +201,13 @@ class ProcessStop:
         """Stop taking connections on listeners another process also serves; they stay open.
 
         gthread: its listeners leave the poller; gevent: its servers close;
-        sync serves every connection it accepts and leaves its loop at TERM.
+        an ASGI worker's servers close on its loop; sync serves every
+        connection it accepts and leaves its loop at TERM.
         """
         if self.gthread is not None:
             self.gthread.stop_accepting()
+        elif self.asgi is not None:
+            self.asgi.stop_accepting_soon()
         elif self.gevent is not None:
             self.gevent.stop_accepting()
 
@@ -206,7 +216,7 @@ class ProcessStop:
     def before_request(self, req: Any) -> None:
         """``pre_request``: ``Connection: close`` once stopping; the request reaching max_requests stops it."""
         if self.stopping:
-            req.force_close()
+            self.worker.force_close(req)
             return
         if self.gthread is not None:
             if self.gthread.count():
@@ -214,9 +224,21 @@ class ProcessStop:
                 self.begin(StopReason.RECYCLED)
                 self._wake()
             return
+        if self.asgi is not None:
+            if self.asgi.reaches_max_requests(pending=1):
+                self.worker.force_close(req)
+                self.begin(StopReason.RECYCLED)
+                self._wake()
+            return
         # sync and gevent: Gunicorn counts after pre_request, and stops the worker at its limit itself.
         worker = self.worker
         if worker.requests_served() + 1 >= worker.max_requests():
+            self.begin(StopReason.RECYCLED)
+            self._wake()
+
+    def check_max_requests(self) -> None:
+        """Uvicorn's worker (no ``pre_request``), on its loop at each tick: stop once it served its limit."""
+        if not self.stopping and self.asgi is not None and self.asgi.reaches_max_requests(pending=0):
             self.begin(StopReason.RECYCLED)
             self._wake()
 
@@ -241,6 +263,14 @@ class ProcessStop:
             self.gevent.stop_accepting()
             if self.http2 is not None:
                 self._gevent_http2_stop()
+        elif self.asgi is not None:
+            assert self.started_at is not None
+            gunicorn_stop = lambda: self._gunicorn_term(signal.SIGTERM, None)  # noqa: E731
+            left = self.asgi.stop(self.started_at, self.drain_timeout, gunicorn_stop)
+            if left:
+                logger.warning(
+                    "graceful: worker %d: %d connection(s) still open at the drain's deadline", self.pid, left
+                )
 
     def _gevent_http2_stop(self) -> None:
         """gevent serving HTTP/2: its connections close after their GOAWAY before Gunicorn's stop cuts them."""

@@ -1,6 +1,7 @@
 """Each Gunicorn worker's steps of the shutdown; their order is :mod:`graceful.core.sequences`'s.
 
-Runs in a worker process (sync, gthread or gevent; Gunicorn 22-27), forked
+Runs in a worker process (sync, gthread, gevent; Gunicorn 22-27; the ASGI
+workers ``-k asgi`` and Uvicorn's: :mod:`.asgi_stop`), forked
 from the master with a copy of ``graceful.default_lifecycle``:
 
 * ``post_fork`` (worker main thread): the lifecycle becomes a worker's
@@ -9,7 +10,8 @@ from the master with a copy of ``graceful.default_lifecycle``:
 * ``post_worker_init`` (worker main thread, app loaded; under gevent after
   its monkey-patching): the budget is checked with the app's own cleanup
   tasks, a gevent worker is prepared (:mod:`.adapter.gevent`), the app is
-  wrapped in :class:`GracefulMiddleware`, post-start hooks start, the
+  wrapped in :class:`GracefulMiddleware` (an ASGI app in
+  :class:`~graceful.asgi.GracefulASGIMiddleware`, unless it has one), post-start hooks start, the
   ``graceful-watch`` thread runs :func:`~graceful.core.sequences.worker_watch`
   (the master's facts, read from the worker's channel, :mod:`.channel`,
   set the worker's ShutdownInitiated and NotAcceptingNewRequests at the
@@ -38,7 +40,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from graceful.core.budget import graceful_timeout_problem
 from graceful.core.config import ConfigError
@@ -57,10 +59,14 @@ from graceful.gunicorn.process_stop import ProcessStop
 from graceful.gunicorn.recycling import GthreadStop
 from graceful.gunicorn.shared import ArrivalBoard
 from graceful.gunicorn.stop_reason import StopReason
+from graceful.gunicorn.worker_classes import ASGI_KINDS
 from graceful.http.apps import is_asgi_app
 from graceful.process.exit import skip_exit_collections
 from graceful.process.sockets import close_after_queue_drains
 from graceful.wsgi.middleware import GracefulMiddleware
+
+if TYPE_CHECKING:
+    from graceful.gunicorn.asgi_stop import AsgiStop
 
 #: Upper bound (s) on waiting for a worker's own accept queue to empty (reuse_port).
 QUEUE_DRAIN_TIMEOUT = 5.0
@@ -85,9 +91,10 @@ def asgi_refusal(app: object, kind: str | None) -> str | None:
     """Why a WSGI worker class (``kind``) must not serve ``app``: it is an ASGI app; None when it is WSGI.
 
     Gunicorn's sync, gthread and gevent workers call the app as WSGI: an ASGI
-    app would answer every request with 500. Worker main thread, once, at boot.
+    app would answer every request with 500 (the ASGI workers, ``-k asgi`` and
+    Uvicorn's, serve it). Worker main thread, once, at boot.
     """
-    if not is_asgi_app(app):
+    if kind in ASGI_KINDS or not is_asgi_app(app):
         return None
     return (
         f"graceful: the app is an ASGI app, but Gunicorn's {kind} worker class serves WSGI apps (every request"
@@ -166,16 +173,40 @@ class WorkerShutdown:
             lifecycle.renew_after_patch()
             self.channel.renew_after_patch()
         gevent = worker.gevent_servers()
-        worker.wrap_app(lambda app: GracefulMiddleware(app, lifecycle))
+        asgi = self._start_asgi()
+        if asgi is None:
+            worker.wrap_app(lambda app: GracefulMiddleware(app, lifecycle))
         lifecycle.resume_after_fork()  # forked during the delay: its sampler, now that threads may start
         loop = worker.gthread_loop()
         # A listener the master shut down: gthread's loop stops accepting (and waits in its poller); sync pauses.
         worker.guard_accept(None if loop is None else loop.stop_accepting)
         gthread = None if loop is None else GthreadStop(loop)
-        self.stop.install(lifecycle.config.drain_timeout, gthread, gevent, self._start_http2())
+        self.stop.install(lifecycle.config.drain_timeout, gthread, gevent, self._start_http2(), asgi)
         lifecycle.run_post_start_hooks()
         threading.Thread(target=worker_watch, args=(self,), name="graceful-watch", daemon=True).start()
         self._booted = True
+
+    def _start_asgi(self) -> AsgiStop | None:
+        """An ASGI worker (``-k asgi``, Uvicorn's): its app wrapped, its stop on its loop (:mod:`.asgi_stop`).
+
+        The app is wrapped in :class:`~graceful.asgi.GracefulASGIMiddleware`
+        unless it already has one of this lifecycle. The lifespan shutdown
+        must end before the cleanup tasks' share of the master's wait.
+        """
+        asgi_loop = self.worker.asgi_loop()
+        if asgi_loop is None:
+            return None
+        # Imported here: a WSGI worker loads no asyncio.
+        from graceful.asgi import GracefulASGIMiddleware, has_asgi_middleware
+        from graceful.gunicorn.asgi_stop import EXIT_MARGIN, AsgiStop
+
+        lifecycle = self.lifecycle
+        if not has_asgi_middleware(self.worker.app(), lifecycle):
+            self.worker.wrap_app(lambda app: GracefulASGIMiddleware(app, lifecycle))
+        lifespan_until = self.graceful_timeout - lifecycle.longest_cleanup_timeout() - EXIT_MARGIN
+        asgi = AsgiStop(asgi_loop, lifecycle, lifespan_until)
+        asgi_loop.every_tick(self.stop.check_max_requests)
+        return asgi
 
     def _drain_begins(self) -> None:
         """The stop began (the thread that began it): the requests in flight now are those its drain waits for.
@@ -244,7 +275,7 @@ class WorkerShutdown:
     def before_request(self, req: Any) -> None:
         """``pre_request`` (request thread): close the connection after this response once shutting down."""
         if self.lifecycle.shutdown_initiated.is_set():
-            req.force_close()
+            self.worker.force_close(req)
         self.stop.before_request(req)
 
     def abort(self) -> None:

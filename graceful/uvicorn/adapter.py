@@ -56,11 +56,23 @@ from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Any
 
-__all__ = ["OLDEST_UVICORN", "Uvicorn", "UvicornMissing", "UvicornRefused", "uvicorn_release"]
+__all__ = [
+    "OLDEST_UVICORN",
+    "OLDEST_UVICORN_TEXT",
+    "Uvicorn",
+    "UvicornMissing",
+    "UvicornRefused",
+    "close_after_requests",
+    "close_idle_connections",
+    "missing_internals",
+    "signal_free_server_class",
+    "uvicorn_release",
+]
 
 #: The oldest Uvicorn graceful drives (the first with ``Server.capture_signals``).
 OLDEST_UVICORN = (0, 29, 0)
-_OLDEST_TEXT = ".".join(map(str, OLDEST_UVICORN))
+#: The same, as text.
+OLDEST_UVICORN_TEXT = ".".join(map(str, OLDEST_UVICORN))
 
 # What the probe asks of uvicorn.Server (methods; startup and shutdown take sockets=).
 _SERVER_METHODS = ("run", "serve", "startup", "main_loop", "shutdown", "capture_signals")
@@ -82,7 +94,7 @@ class UvicornRefused(RuntimeError):
 
     def __init__(self, release: str, missing: list[str]) -> None:
         super().__init__(
-            f"uvicorn {release} is not supported: {', '.join(missing)}; graceful drives uvicorn>={_OLDEST_TEXT}"
+            f"uvicorn {release} is not supported: {', '.join(missing)}; graceful drives uvicorn>={OLDEST_UVICORN_TEXT}"
         )
 
 
@@ -98,11 +110,15 @@ def _version_tuple(text: str) -> tuple[int, ...] | None:
     return tuple(int(part or 0) for part in match.groups())
 
 
-def _missing(module: ModuleType) -> list[str]:
-    """What ``module`` (uvicorn) lacks of what graceful touches; empty when it has it all."""
+def missing_internals(module: ModuleType) -> list[str]:
+    """What ``module`` (uvicorn) lacks of what graceful touches; empty when it has it all.
+
+    Also asked by Gunicorn's Uvicorn worker adapter
+    (:mod:`graceful.gunicorn.adapter.uvicorn_worker`): its ``Server`` is this one.
+    """
     release = _version_tuple(uvicorn_release(module))
     if release is not None and release < OLDEST_UVICORN:
-        return [f"older than {_OLDEST_TEXT} (Server.capture_signals)"]
+        return [f"older than {OLDEST_UVICORN_TEXT} (Server.capture_signals)"]
     server = getattr(module, "Server", None)
     if not inspect.isclass(server) or not callable(getattr(module, "Config", None)):
         return ["no uvicorn.Server or uvicorn.Config"]
@@ -158,7 +174,7 @@ class Uvicorn:
                 module = importlib.import_module("uvicorn")
             except ImportError:
                 raise UvicornMissing() from None
-        missing = _missing(module)
+        missing = missing_internals(module)
         if missing:
             raise UvicornRefused(uvicorn_release(module), missing)
         return cls(module, module.Config(**config), on_started)
@@ -200,25 +216,11 @@ class Uvicorn:
 
     def new_connections(self) -> int:
         """On the loop: HTTP connections accepted whose first request has not been read yet."""
-        return sum(1 for connection in self._http_connections() if _cycle_of(connection) is None)
+        return sum(1 for connection in _http_connections(self.server) if _cycle_of(connection) is None)
 
     def close_idle_connections(self) -> int:
-        """On the loop: close idle keep-alive HTTP connections; those in a request close after its response.
-
-        A connection whose first request has not arrived yet is left open
-        (its request is counted when it comes), and so is every WebSocket
-        (told to leave with 1001 by graceful's middleware). Returns how many
-        were closed at once.
-        """
-        closed = 0
-        for connection in self._http_connections():
-            cycle = _cycle_of(connection)
-            if cycle is None:
-                continue
-            if getattr(cycle, "response_complete", False):
-                closed += 1
-            connection.shutdown()  # idle: closed now; in a request: "keep_alive = False", closed after it
-        return closed
+        """On the loop: :func:`close_idle_connections` of this server."""
+        return close_idle_connections(self.server)
 
     def exit(self, timeout: float) -> None:
         """On the loop: start Uvicorn's shutdown, its wait for connections bounded by ``timeout`` s.
@@ -231,12 +233,45 @@ class Uvicorn:
         self.config.timeout_graceful_shutdown = max(0.0, timeout)
         self.server.should_exit = True
 
-    def _http_connections(self) -> list[Any]:
-        ws_class = getattr(self.config, "ws_protocol_class", None)
-        connections = list(self.server.server_state.connections)
-        if inspect.isclass(ws_class):
-            return [connection for connection in connections if not isinstance(connection, ws_class)]
-        return connections
+
+def close_idle_connections(server: Any) -> int:
+    """On ``server``'s loop: close its idle keep-alive HTTP connections; those in a request close after its response.
+
+    A connection whose first request has not arrived yet is left open (its
+    request is counted when it comes), and so is every WebSocket (told to
+    leave with 1001 by graceful's middleware). Returns how many were closed
+    at once. ``server``: a started ``uvicorn.Server`` (``graceful serve``'s,
+    or the one a Gunicorn Uvicorn worker made).
+    """
+    closed = 0
+    for connection in _http_connections(server):
+        cycle = _cycle_of(connection)
+        if cycle is None:
+            continue
+        if getattr(cycle, "response_complete", False):
+            closed += 1
+        connection.shutdown()  # idle: closed now; in a request: "keep_alive = False", closed after it
+    return closed
+
+
+def close_after_requests(server: Any) -> None:
+    """On ``server``'s loop: each HTTP connection in a request closes after its response (``Connection: close``).
+
+    Idle ones are left open (Gunicorn's Uvicorn worker: a keep-alive client
+    may be sending its next request on one that moment).
+    """
+    for connection in _http_connections(server):
+        cycle = _cycle_of(connection)
+        if cycle is not None and not getattr(cycle, "response_complete", False):
+            connection.shutdown()  # in a request: "keep_alive = False", closed after it
+
+
+def _http_connections(server: Any) -> list[Any]:
+    ws_class = getattr(server.config, "ws_protocol_class", None)
+    connections = list(server.server_state.connections)
+    if inspect.isclass(ws_class):
+        return [connection for connection in connections if not isinstance(connection, ws_class)]
+    return connections
 
 
 def _cycle_of(connection: Any) -> Any:
@@ -244,16 +279,29 @@ def _cycle_of(connection: Any) -> Any:
     return getattr(connection, "cycle", None)
 
 
+def signal_free_server_class(base: Any) -> Any:
+    """``uvicorn.Server`` (``base``) that captures no signal: graceful's own handler owns SIGTERM and SIGINT.
+
+    Uvicorn's ``capture_signals`` would replace graceful's handler, begin
+    Uvicorn's own stop at once (every connection closed, WebSockets 1012)
+    and re-raise the signal at exit. Also the base of Gunicorn's Uvicorn
+    worker's server (:mod:`graceful.gunicorn.adapter.uvicorn_worker`).
+    """
+
+    class SignalFreeServer(base):  # type: ignore[misc]  # Uvicorn's class, known at run time
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            # graceful's handler stays: nothing to install, nothing to re-raise.
+            yield
+
+    return SignalFreeServer
+
+
 def _graceful_server_class(base: Any) -> Any:
     """``uvicorn.Server`` with graceful's signal handling and startup/shutdown notices."""
 
-    class GracefulUvicornServer(base):  # type: ignore[misc]  # Uvicorn's class, known at run time
+    class GracefulUvicornServer(signal_free_server_class(base)):  # type: ignore[misc]  # known at run time
         graceful: Uvicorn
-
-        @contextlib.contextmanager
-        def capture_signals(self) -> Iterator[None]:
-            # graceful's SignalTrap owns SIGTERM and SIGINT: nothing to install, nothing to re-raise.
-            yield
 
         async def startup(self, sockets: list[socket.socket] | None = None) -> None:
             await super().startup(sockets=sockets)

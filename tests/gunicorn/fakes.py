@@ -299,8 +299,11 @@ class FakeWorker:
         max_requests: int = 1000,
         gthread: GthreadLoop | None = None,
         http2: Http2Server | None = None,
+        asgi: Any = None,
     ) -> None:
         self.kind = kind
+        #: An ASGI worker's loop (graceful.gunicorn.asgi_stop.AsgiLoop); None: a WSGI worker.
+        self._asgi = asgi
         #: The worker's HTTP/2 connections (None: it serves no HTTP/2).
         self.http2_server = http2
         self.alive = True
@@ -352,6 +355,12 @@ class FakeWorker:
     def guard_accept(self, stop_accepting: Callable[[], None] | None = None) -> None:
         self.calls.append("guard accept")
         self.accept_guard = stop_accepting
+
+    def force_close(self, req: Any) -> None:
+        req.force_close()
+
+    def asgi_loop(self) -> Any:
+        return self._asgi
 
     def gthread_loop(self) -> GthreadLoop | None:
         return self._gthread

@@ -63,7 +63,8 @@ class TestRefuseUnsupported:
             refuse_unsupported(ArbiterAdapter(server))
         assert str(refused.value) == (
             "graceful: Gunicorn worker class gunicorn.workers.ggevent.GeventPyWSGIWorker (-k gevent_pywsgi)"
-            " is not supported; use one of: sync, gthread, gevent"
+            " is not supported; use one of: sync, gthread, gevent, asgi, uvicorn_worker.UvicornWorker,"
+            " uvicorn.workers.UvicornWorker"
         )
         assert pidfile.unlinked
 

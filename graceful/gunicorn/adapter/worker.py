@@ -16,17 +16,22 @@ import contextlib
 import errno
 import os
 import select
+import signal
 import threading
 from collections.abc import Callable
 from types import FrameType
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from graceful.gunicorn.adapter.gevent import GeventServers, record_servers
 from graceful.gunicorn.adapter.gthread import GthreadLoop, probe_gthread
 from graceful.gunicorn.adapter.http2 import probe_http2
+from graceful.gunicorn.adapter.refusal import WorkerRefused
 from graceful.gunicorn.adapter.release import GunicornMissing, bound_worker_drain, missing_attributes
 from graceful.gunicorn.http2 import Http2Drain, Http2Server
-from graceful.gunicorn.worker_classes import worker_kind
+from graceful.gunicorn.worker_classes import ASGI_KINDS, worker_kind
+
+if TYPE_CHECKING:
+    from graceful.gunicorn.asgi_stop import AsgiLoop
 
 __all__ = ["TermHandler", "Worker", "WorkerAdapter"]
 
@@ -70,7 +75,13 @@ class Worker(Protocol):
         """Bound Gunicorn's own drain in this worker to ``seconds`` (its copy of ``graceful_timeout``)."""
 
     def app(self) -> Any:
-        """The WSGI app this worker serves (loaded by ``post_worker_init``)."""
+        """The WSGI (or ASGI) app this worker serves (loaded by ``post_worker_init``)."""
+
+    def force_close(self, req: Any) -> None:
+        """``pre_request``: the response to ``req`` says ``Connection: close`` and its connection closes after it."""
+
+    def asgi_loop(self) -> AsgiLoop | None:
+        """``post_worker_init`` of an ASGI worker: its event loop, prepared for graceful's stop; None for the others."""
 
     def wrap_app(self, wrap: Callable[[Any], Any]) -> None:
         """``post_worker_init``: serve ``wrap(app)`` instead of the app."""
@@ -96,8 +107,11 @@ class WorkerAdapter:
 
     def __init__(self, worker: Any) -> None:
         self._worker = worker
-        #: ``sync``, ``gthread`` or ``gevent``; None for a class graceful does not support (refused at start-up).
+        #: ``sync``, ``gthread``, ``gevent``, ``asgi`` or ``uvicorn``; None for a class graceful does not support
+        #: (refused at start-up).
         self.kind = worker_kind(worker)
+        # Gunicorn's -k asgi keeps its app as ``asgi``; every other class (Uvicorn's too) as ``wsgi``.
+        self._app_attribute = "asgi" if self.kind == "asgi" else "wsgi"
 
     @classmethod
     def probe(cls, worker: Any) -> WorkerAdapter:
@@ -142,12 +156,36 @@ class WorkerAdapter:
         bound_worker_drain(self._worker, seconds)
 
     def app(self) -> Any:
-        """The WSGI app this worker serves (loaded by ``post_worker_init``)."""
-        return self._worker.wsgi
+        """The WSGI (or ASGI) app this worker serves (loaded by ``post_worker_init``)."""
+        return getattr(self._worker, self._app_attribute)
 
     def wrap_app(self, wrap: Callable[[Any], Any]) -> None:
         """``post_worker_init``: serve ``wrap(app)`` instead of the app."""
-        self._worker.wsgi = wrap(self._worker.wsgi)
+        setattr(self._worker, self._app_attribute, wrap(self.app()))
+
+    def force_close(self, req: Any) -> None:
+        """See :meth:`Worker.force_close` (``-k asgi``'s requests have no ``force_close``: :mod:`.gasgi`)."""
+        if self.kind == "asgi":
+            from graceful.gunicorn.adapter.gasgi import force_close
+
+            force_close(req)
+        else:
+            req.force_close()
+
+    def asgi_loop(self) -> AsgiLoop | None:
+        """See :meth:`Worker.asgi_loop`; WorkerRefused (one line) when this release's internals moved."""
+        # Imported here: a WSGI worker loads no asyncio for them.
+        from graceful.gunicorn.adapter.gasgi import GasgiLoop
+        from graceful.gunicorn.adapter.uvicorn_worker import UvicornWorkerLoop
+
+        try:
+            if self.kind == "asgi":
+                return GasgiLoop.probe(self._worker)
+            if self.kind == "uvicorn":
+                return UvicornWorkerLoop.probe(self._worker)
+        except (GunicornMissing, ValueError) as exc:
+            raise WorkerRefused(str(exc)) from None
+        return None
 
     def before_term_handler(self, note: TermHandler) -> None:
         """``post_fork``: Gunicorn's SIGTERM handler (``handle_exit``) calls ``note`` first.
@@ -156,6 +194,10 @@ class WorkerAdapter:
 
         ``note`` runs inside the OS signal handler: plain attributes only.
         """
+        if self.kind in ASGI_KINDS:
+            # Their init_signals (after post_fork) resets SIGTERM: note it again after.
+            wrap_init_signals(self._worker, note)
+            return
         gunicorn_exit = self._worker.handle_exit
         if not callable(gunicorn_exit):
             return
@@ -248,3 +290,20 @@ def _signal_pause(worker: Any) -> Callable[[float], None]:
                 select.select([wakeup], [], [], seconds)
 
     return pause
+
+
+def wrap_init_signals(worker: Any, note: TermHandler) -> None:
+    """``post_fork``: after the worker's own ``init_signals`` (which resets SIGTERM), a SIGTERM calls ``note``.
+
+    ``note`` runs inside the OS handler until ``post_worker_init`` installs graceful's.
+    Both ASGI worker classes (``-k asgi`` and Uvicorn's) set their signals there.
+    """
+    original = getattr(worker, "init_signals", None)
+    if not callable(original):
+        return
+
+    def init_signals() -> None:
+        original()
+        signal.signal(signal.SIGTERM, note)
+
+    worker.init_signals = init_signals
