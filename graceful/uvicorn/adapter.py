@@ -56,6 +56,8 @@ from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Any
 
+from graceful.process.aio import close_servers
+
 __all__ = [
     "OLDEST_UVICORN",
     "OLDEST_UVICORN_TEXT",
@@ -209,10 +211,15 @@ class Uvicorn:
         self.started = True
         self._on_started(asyncio.get_running_loop())
 
-    def close_listeners(self) -> None:
-        """On the loop: stop serving the listeners and close them (their accept queue is empty by now)."""
+    def close_listeners_now(self) -> None:
+        """On the loop, before anything was accepted (Uvicorn's startup has just ended): close the listeners."""
         for server in self.server.servers:
             server.close()
+
+    async def close_listeners(self) -> None:
+        """On the loop: stop serving the listeners and close them (their accept queue is empty by now),
+        without dropping what was accepted a moment before (:func:`graceful.process.aio.close_servers`)."""
+        await close_servers(list(self.server.servers))
 
     def new_connections(self) -> int:
         """On the loop: HTTP connections accepted whose first request has not been read yet."""

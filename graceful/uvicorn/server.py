@@ -205,7 +205,7 @@ class UvicornServer:
             stopped = self._stopped_before_serving
         if stopped:
             logger.warning("graceful: Uvicorn's startup ended after the shutdown stopped listening: stopping it")
-            self.uvicorn.close_listeners()
+            self.uvicorn.close_listeners_now()  # nothing was accepted yet: nothing to let in first
             self.uvicorn.exit(self.lifecycle.config.hook_timeout)
             return
         host, port = self.address
@@ -225,7 +225,7 @@ class UvicornServer:
         connections never sent a request within ``_NEW_CONNECTION_GRACE``.
         """
         uvicorn = self.uvicorn
-        uvicorn.close_listeners()
+        await uvicorn.close_listeners()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + _NEW_CONNECTION_GRACE
         while uvicorn.new_connections() and loop.time() < deadline:

@@ -18,7 +18,7 @@ import pytest
 from graceful.core.lifecycle import Lifecycle
 from graceful.gunicorn.adapter import gasgi, uvicorn_worker
 from graceful.gunicorn.adapter.arbiter import ArbiterAdapter
-from graceful.gunicorn.adapter.event_loop import close_servers, guard_accept, is_sleeping_in
+from graceful.gunicorn.adapter.event_loop import guard_accept, is_sleeping_in
 from graceful.gunicorn.adapter.refusal import WorkerRefused
 from graceful.gunicorn.adapter.release import GunicornMissing
 from graceful.gunicorn.adapter.worker import WorkerAdapter
@@ -26,6 +26,7 @@ from graceful.gunicorn.asgi_stop import AsgiStop
 from graceful.gunicorn.process_stop import ProcessStop
 from graceful.gunicorn.stop_reason import StopReason
 from graceful.gunicorn.worker_classes import refuse_unsupported, worker_kind
+from graceful.process.aio import close_servers
 from tests.gunicorn.fakes import FakeWorker
 
 try:

@@ -21,6 +21,8 @@ class FakeAsyncioServer:
     def __init__(self, events: list[str]) -> None:
         self.events = events
         self.closed = False
+        #: Its listening sockets (none here: the fake loop has no readers to take away).
+        self.sockets: list[socket.socket] = []
 
     def close(self) -> None:
         self.closed = True

@@ -29,11 +29,10 @@ import logging
 import os
 from typing import Any
 
-__all__ = ["close_servers", "guard_accept", "is_sleeping_in"]
+__all__ = ["guard_accept", "is_sleeping_in"]
 
 #: Turns of the loop given to the transports of connections just accepted (one suffices: their task
 #: attaches on its first step, with no await before; two in case a callback of ours queued between).
-_ACCEPT_TURNS = 2
 
 logger = logging.getLogger(__name__)
 
@@ -59,24 +58,6 @@ def guard_accept(loop: asyncio.AbstractEventLoop) -> bool:
 
     loop._accept_connection = accept_connection  # type: ignore[attr-defined]  # asyncio's selector loop
     return True
-
-
-async def close_servers(servers: list[Any]) -> None:
-    """On the loop: close these asyncio servers without dropping a connection accepted a moment before.
-
-    Other processes sharing the listeners keep serving them; on uvloop (no
-    ``_accept_connection``: it makes the transport as it accepts) the
-    servers close at once.
-    """
-    loop: Any = asyncio.get_running_loop()
-    if callable(getattr(loop, "_accept_connection", None)):
-        for server in servers:
-            for sock in server.sockets or ():
-                loop.remove_reader(sock.fileno())  # nothing more accepted here
-        for _ in range(_ACCEPT_TURNS):
-            await asyncio.sleep(0)  # the connections accepted already get their transport, attached
-    for server in servers:
-        server.close()
 
 
 def _name(sock: Any) -> str:

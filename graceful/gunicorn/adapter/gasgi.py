@@ -45,8 +45,9 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from graceful.gunicorn.adapter.event_loop import close_servers, guard_accept, is_sleeping_in
+from graceful.gunicorn.adapter.event_loop import guard_accept, is_sleeping_in
 from graceful.gunicorn.adapter.release import GunicornMissing, bound_worker_drain, gunicorn_release
+from graceful.process.aio import close_servers
 
 __all__ = ["OLDEST_GASGI", "GasgiLoop", "class_problem", "force_close"]
 

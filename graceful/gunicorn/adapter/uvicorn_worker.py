@@ -26,7 +26,7 @@ the worker module's ``Server``    replaced, in this process only, before ``_serv
                                   Uvicorn's own stop runs, so it never waits without a bound
 ``Config.loaded_app``             wrapped at ``startup`` (the protocols read it per connection):
                                   once the stop began, responses say ``Connection: close``
-``Server.servers``                closed to stop accepting (:func:`.event_loop.close_servers`)
+``Server.servers``                closed to stop accepting (:func:`graceful.process.aio.close_servers`)
 ``Server.server_state``           ``connections`` (open; those in a request when the stop begins
                                   close after it, as in graceful serve) and ``total_requests``
 ``Server.lifespan``               its ``shutdown()`` run by graceful, bounded; Uvicorn's stop then
@@ -52,7 +52,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from graceful.gunicorn.adapter.event_loop import close_servers, guard_accept
+from graceful.gunicorn.adapter.event_loop import guard_accept
+from graceful.process.aio import close_servers
 from graceful.uvicorn.adapter import (
     OLDEST_UVICORN_TEXT,
     close_after_requests,
