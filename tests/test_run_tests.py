@@ -82,6 +82,7 @@ def tox_base_pythons(envs: list[str]) -> dict[str, str]:
     return found
 
 
+@pytest.mark.scripts
 class TestToxIni:
     def test_expand_generative_names(self) -> None:
         """Braces expand to each choice, ranges to each number, several braces to every combination."""
