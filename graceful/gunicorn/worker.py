@@ -74,7 +74,7 @@ QUEUE_DRAIN_TIMEOUT = 5.0
 #: accepted send their request before it reports (a client sends at once).
 ACCEPTED_SETTLE = 0.05
 
-__all__ = ["WorkerShutdown", "asgi_refusal"]
+__all__ = ["WorkerShutdown", "app_kind_refusal"]
 
 #: The master's facts a worker learns, by the lifecycle signal each sets.
 _FACTS = {"ShutdownInitiated": Kind.SHUTDOWN_INITIATED, "NotAcceptingNewRequests": Kind.NOT_ACCEPTING}
@@ -87,19 +87,26 @@ _IN_WORKER = (
 )
 
 
-def asgi_refusal(app: object, kind: str | None) -> str | None:
-    """Why a WSGI worker class (``kind``) must not serve ``app``: it is an ASGI app; None when it is WSGI.
+def app_kind_refusal(app: object, kind: str | None) -> str | None:
+    """Why this worker class (``kind``) must not serve ``app``: an app of the other protocol; None when it fits.
 
     Gunicorn's sync, gthread and gevent workers call the app as WSGI: an ASGI
-    app would answer every request with 500 (the ASGI workers, ``-k asgi`` and
-    Uvicorn's, serve it). Worker main thread, once, at boot.
+    app would answer every request with 500; the ASGI workers (``-k asgi``
+    and Uvicorn's) call it as ASGI: a WSGI app would. Worker main thread,
+    once, at boot.
     """
-    if kind in ASGI_KINDS or not is_asgi_app(app):
-        return None
-    return (
-        f"graceful: the app is an ASGI app, but Gunicorn's {kind} worker class serves WSGI apps (every request"
-        " would get a 500): serve it with graceful serve module:app (on Uvicorn)"
-    )
+    asgi = is_asgi_app(app)
+    if kind in ASGI_KINDS and not asgi:
+        return (
+            f"graceful: the app is a WSGI app, but the {kind} worker class serves ASGI apps (every request would"
+            " get a 500): use -k gthread, sync or gevent"
+        )
+    if kind not in ASGI_KINDS and asgi:
+        return (
+            f"graceful: the app is an ASGI app, but Gunicorn's {kind} worker class serves WSGI apps (every request"
+            " would get a 500): use -k asgi or -k uvicorn_worker.UvicornWorker, or graceful serve module:app"
+        )
+    return None
 
 
 class WorkerShutdown:
@@ -164,7 +171,7 @@ class WorkerShutdown:
         problem = problem or graceful_timeout_problem(
             self.graceful_timeout, lifecycle.config.drain_timeout, lifecycle.longest_cleanup_timeout()
         )
-        problem = problem or asgi_refusal(self.worker.app(), self.kind)
+        problem = problem or app_kind_refusal(self.worker.app(), self.kind)
         if problem is not None:
             raise WorkerRefused(problem)
         worker = self.worker

@@ -425,11 +425,6 @@ REFUSED = [
     ("tests.live.custom_worker.CustomWorker", "tests.live.custom_worker.CustomWorker"),
     ("gevent_pywsgi", "gunicorn.workers.ggevent.GeventPyWSGIWorker"),
     ("tornado", "gunicorn.workers.gtornado.TornadoWorker"),
-    pytest.param(
-        "asgi",
-        "gunicorn.workers.gasgi.ASGIWorker",
-        marks=pytest.mark.skipif(_gunicorn_version() < (25, 0), reason="Gunicorn's asgi worker exists from 25"),
-    ),
 ]
 
 
@@ -448,10 +443,22 @@ class TestRefusedWorkerClasses:
         assert proc.returncode != 0 and time.monotonic() - started < 10
         assert [line for line in output.splitlines() if "graceful" in line] == [
             f"Error: graceful: Gunicorn worker class {name} (-k {setting}) is not supported;"
-            " use one of: sync, gthread, gevent"
+            " use one of: sync, gthread, gevent, asgi, uvicorn_worker.UvicornWorker, uvicorn.workers.UvicornWorker"
         ], output
         assert "Traceback" not in output and "Booting worker" not in output
         assert not pidfile.exists()
+
+    @pytest.mark.skipif(_gunicorn_version() < (25, 1), reason="-k asgi came with Gunicorn 25.1")
+    def test_a_wsgi_app_on_the_asgi_worker_is_refused_in_one_line(self, processes: Processes) -> None:
+        """-k asgi with a WSGI app: the worker's boot stops with one line naming the WSGI classes, no 500s."""
+        argv = [GUNICORN, "-c", "graceful/conf.py", "-k", "asgi", "-b", "127.0.0.1:0", "--no-control-socket"]
+        env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
+        proc = processes.start([*argv, "tests.live.gunicorn_app:app"], env=env)
+        output, _ = proc.communicate(timeout=30)
+        refusals = [line for line in output.splitlines() if "the app is a WSGI app" in line]
+        assert proc.returncode != 0, output
+        assert refusals and all("use -k gthread, sync or gevent" in line for line in refusals), output
+        assert "Traceback" not in output, output
 
 
 class TestConfigForms:

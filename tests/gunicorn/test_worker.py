@@ -27,7 +27,7 @@ from graceful.gunicorn.adapter.refusal import WorkerRefused
 from graceful.gunicorn.channel import Kind, MasterChannel, WorkerChannel
 from graceful.gunicorn.shared import ArrivalBoard
 from graceful.gunicorn.stop_reason import StopReason
-from graceful.gunicorn.worker import WorkerShutdown
+from graceful.gunicorn.worker import WorkerShutdown, app_kind_refusal
 from graceful.testing import FakeClock
 from graceful.wsgi.middleware import GracefulMiddleware
 from tests.gunicorn.fakes import FakeGthreadLoop, FakeWorker, gunicorns_term_handler, signal_this_process
@@ -193,9 +193,26 @@ class TestStart:
             shutdown.start()
         assert str(refused.value) == (
             "graceful: the app is an ASGI app, but Gunicorn's sync worker class serves WSGI apps (every request"
-            " would get a 500): serve it with graceful serve module:app (on Uvicorn)"
+            " would get a 500): use -k asgi or -k uvicorn_worker.UvicornWorker, or graceful serve module:app"
         )
         assert fake.wsgi is asgi_app
+
+    def test_a_wsgi_app_under_an_asgi_worker_class_is_refused_in_one_line(self) -> None:
+        """A WSGI app under -k asgi or a Uvicorn worker stops the boot in one line; each kind's own app passes."""
+
+        def wsgi_app(environ: Any, start_response: Any) -> list[bytes]:
+            return []
+
+        async def asgi_app(scope: Any, receive: Any, send: Any) -> None:
+            return None
+
+        for kind in ("asgi", "uvicorn"):
+            assert app_kind_refusal(wsgi_app, kind) == (
+                f"graceful: the app is a WSGI app, but the {kind} worker class serves ASGI apps (every request would"
+                " get a 500): use -k gthread, sync or gevent"
+            )
+            assert app_kind_refusal(asgi_app, kind) is None
+        assert app_kind_refusal(wsgi_app, "gthread") is None
 
     def test_the_masters_facts_reach_the_worker(self, master: Master) -> None:
         """The master's ShutdownInitiated and NotAcceptingNewRequests become the worker's, in that order."""
