@@ -6,6 +6,7 @@ import errno
 import json
 import logging
 import os
+import select
 import subprocess
 import sys
 import threading
@@ -159,14 +160,31 @@ class TestWhereTheRecordGoes:
         """A FIFO stays a FIFO; its reader gets the whole record (bigger than a pipe's buffer)."""
         fifo = tmp_path / "record.fifo"
         os.mkfifo(fifo)
+        # The reader's end is open before the write (a thread's blocking open might come after it).
+        end = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
         received: list[bytes] = []
-        reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()))
+
+        def read_until_the_writer_closes() -> None:
+            chunks: list[bytes] = []
+            # Readable once data comes, or once a writer came and went (Linux reports no end before a writer).
+            while select.select([end], [], [], 10)[0]:
+                try:
+                    chunk = os.read(end, 65536)
+                except BlockingIOError:
+                    continue
+                if not chunk:
+                    break
+                chunks.append(chunk)
+            received.append(b"".join(chunks))
+
+        reader = threading.Thread(target=read_until_the_writer_closes)
         reader.start()
         data = {"samples": list(range(30000))}  # ~200 KB: the writer waits for the reader
         try:
             assert write_record(str(fifo), data) == "in place"
         finally:
             reader.join(10)
+            os.close(end)
         assert json.loads(received[0]) == data
         assert fifo.is_fifo()
 
