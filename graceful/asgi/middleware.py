@@ -64,6 +64,7 @@ from graceful.core import default as _default
 from graceful.core.gate import Refusal
 from graceful.core.lifecycle import Lifecycle
 from graceful.core.stats import REASON_SHUTTING_DOWN
+from graceful.core.waitgroup import Release
 from graceful.http.apps import is_asgi_app
 from graceful.http.health import DEFAULT_CHECK_TIMEOUT, HealthChecks
 from graceful.http.long_running import LongRunning, is_long_running
@@ -178,7 +179,7 @@ class GracefulASGIMiddleware:
             if self._in_flight.waiting:
                 self._leave()
                 return await self._refuse(send, scope, gate.refuse_draining())
-            release = _Once(self._leave)
+            release = Release(self._leave)
         if gate.shutdown_initiated.fired_at is None:  # only a max_in_flight: nothing more to do
             try:
                 return await self.app(scope, receive, send)
@@ -234,20 +235,6 @@ class GracefulASGIMiddleware:
         if kind == "lifespan":
             return await self._lifespan.run(self.app, scope, receive, send)
         return await self.app(scope, receive, send)
-
-
-class _Once:
-    """Call a release once, however often called (the count's end on the checked path)."""
-
-    __slots__ = ("_release",)
-
-    def __init__(self, release: Callable[[], object]) -> None:
-        self._release: Callable[[], object] | None = release
-
-    def __call__(self) -> None:
-        release, self._release = self._release, None
-        if release is not None:
-            release()
 
 
 class _ShuttingDown:
