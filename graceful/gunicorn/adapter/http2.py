@@ -54,9 +54,9 @@ from collections.abc import Callable
 from typing import Any
 
 from graceful.gunicorn.adapter.release import gunicorn_release
-from graceful.gunicorn.http2 import MAX_STREAM_ID, Action, Http2Drain
+from graceful.gunicorn.http2 import MAX_STREAM_ID, Action, Http2Drain, Http2Server
 
-__all__ = ["Http2Connections", "http2_enabled", "probe_http2"]
+__all__ = ["Http2Connections", "goaway_frame", "http2_enabled", "peer", "probe_http2"]
 
 logger = logging.getLogger(__name__)
 
@@ -78,7 +78,8 @@ def http2_enabled(worker: Any) -> bool:
     return isinstance(protocols, (list, tuple)) and "h2" in protocols
 
 
-def _peer(client_addr: Any) -> str:
+def peer(client_addr: Any) -> str:
+    """A connection's peer address as logs name it (``host:port``)."""
     if isinstance(client_addr, tuple) and len(client_addr) >= 2:
         return f"{client_addr[0]}:{client_addr[1]}"
     return str(client_addr)
@@ -146,7 +147,7 @@ class _Goaway:
         self.reading = False
         self.writing = False
         self.server = server
-        self.peer = _peer(getattr(conn, "client_addr", None))
+        self.peer = peer(getattr(conn, "client_addr", None))
         self._poll: Any = None
         self._fd = -1
         self._pending: Callable[[], int] | None = None
@@ -170,11 +171,11 @@ class _Goaway:
                 if action is Action.FIRST_GOAWAY:
                     pending = h2.data_to_send()
                     h2.ping(PING_DATA)
-                    self._write(pending + _goaway(MAX_STREAM_ID) + h2.data_to_send())
+                    self._write(pending + goaway_frame(MAX_STREAM_ID) + h2.data_to_send())
                     self.state.sent_first(time.monotonic())
                 elif action is Action.FINAL_GOAWAY:
                     last = int(h2.highest_inbound_stream_id)
-                    self._write(h2.data_to_send() + _goaway(last))
+                    self._write(h2.data_to_send() + goaway_frame(last))
                     self.state.sent_final(last)
                 else:
                     # A final GOAWAY already out stays the last word: streams h2 saw after it were refused.
@@ -211,7 +212,7 @@ class _Goaway:
             if self.state.next_action(time.monotonic(), open_streams=1) is not Action.FIRST_GOAWAY:
                 return
             with contextlib.suppress(OSError):  # the socket is gone: its thread finds out
-                self.sock.sendall(_goaway(MAX_STREAM_ID))
+                self.sock.sendall(goaway_frame(MAX_STREAM_ID))
                 self.state.sent_first(time.monotonic())
         finally:
             self.lock.release()
@@ -340,7 +341,8 @@ class _WakeableSocket:
         return getattr(self._sock, name)
 
 
-def _goaway(last_stream_id: int) -> bytes:
+def goaway_frame(last_stream_id: int) -> bytes:
+    """A GOAWAY(NO_ERROR, ``last_stream_id``) frame, serialized (written without telling h2)."""
     from hyperframe.frame import GoAwayFrame  # h2's own dependency, there whenever Gunicorn serves HTTP/2
 
     return bytes(GoAwayFrame(0, last_stream_id=last_stream_id, error_code=NO_ERROR).serialize())
@@ -402,7 +404,7 @@ def _connection_class(base: type, drain: Http2Drain, server: Http2Connections, e
     return GoawayConnection
 
 
-def probe_http2(worker: Any, drain: Http2Drain, kind: str | None) -> Http2Connections | None:
+def probe_http2(worker: Any, drain: Http2Drain, kind: str | None) -> Http2Server | None:
     """``post_worker_init`` (main thread; gevent: after its patch): drain this worker's HTTP/2, or None.
 
     None, with a DEBUG line, when the worker serves no HTTP/2 (Gunicorn
@@ -410,6 +412,11 @@ def probe_http2(worker: Any, drain: Http2Drain, kind: str | None) -> Http2Connec
     warning when Gunicorn's HTTP/2 lacks what graceful uses. Otherwise every
     HTTP/2 connection the worker makes from now on drains as ``drain`` says.
     """
+    if kind == "asgi":
+        # Imported here: a WSGI worker loads no asyncio for it.
+        from graceful.gunicorn.adapter.gasgi_http2 import probe_gasgi_http2
+
+        return probe_gasgi_http2(worker, drain)
     if kind not in ("gthread", "gevent") or not http2_enabled(worker):
         logger.debug("graceful: worker %d: no HTTP/2 (Gunicorn %s, %s worker)", os.getpid(), gunicorn_release(), kind)
         return None
