@@ -57,6 +57,10 @@ EXIT_MARGIN = 0.5
 LOOP_GRACE = 1.0
 
 
+def _nothing() -> None:
+    """``at_deadline`` when nothing is to be counted there."""
+
+
 class AsgiLoop(Protocol):
     """What the stop needs from an ASGI worker's event loop (:mod:`.adapter.gasgi`, :mod:`.adapter.uvicorn_worker`)."""
 
@@ -123,13 +127,22 @@ class AsgiStop:
         with contextlib.suppress(RuntimeError):  # the loop closed: nothing accepts any more
             asyncio.run_coroutine_threadsafe(self._loop.stop_accepting(), loop)
 
-    def stop(self, started_at: float, drain_timeout: float, on_loop_gone: Callable[[], object]) -> int:
+    def stop(
+        self,
+        started_at: float,
+        drain_timeout: float,
+        on_loop_gone: Callable[[], object],
+        at_deadline: Callable[[], object] = _nothing,
+    ) -> int:
         """``graceful-stop`` thread: carry out the stop on the loop; the connections still open at its deadline.
 
         ``started_at`` (monotonic) is when the stop began; the drain ends by
         ``started_at + drain_timeout``. When the loop is not running (the
         worker never served) or does not answer in time, ``on_loop_gone``
-        (Gunicorn's own stop) is called instead.
+        (Gunicorn's own stop) is called instead. ``at_deadline`` is called on
+        the loop when connections are still open at the drain's deadline,
+        before the worker's own stop cuts them (HTTP/2: the streams abandoned
+        are counted and named).
         """
         deadline = started_at + drain_timeout
         lifespan_deadline = max(deadline, started_at + self.lifespan_until)
@@ -138,7 +151,7 @@ class AsgiStop:
             on_loop_gone()
             return 0
         try:
-            future = asyncio.run_coroutine_threadsafe(self._stop(deadline, lifespan_deadline), loop)
+            future = asyncio.run_coroutine_threadsafe(self._stop(deadline, lifespan_deadline, at_deadline), loop)
         except RuntimeError:  # the loop closed meanwhile
             on_loop_gone()
             return 0
@@ -168,7 +181,7 @@ class AsgiStop:
             loop = self._loop.running_loop()
         return loop
 
-    async def _stop(self, deadline: float, lifespan_deadline: float) -> int:
+    async def _stop(self, deadline: float, lifespan_deadline: float, at_deadline: Callable[[], object]) -> int:
         """On the loop: the steps of the module docstring."""
         from graceful.asgi import goodbyes_of  # imported here: the module loads no asyncio side in a WSGI worker
 
@@ -183,6 +196,8 @@ class AsgiStop:
             await goodbyes.leave_all(max(0.0, deadline - time.monotonic()))
         await _until(lambda: loop.open_connections() == 0, deadline)
         left = loop.open_connections()
+        if left:
+            at_deadline()
         if not await loop.lifespan_shutdown(max(0.0, lifespan_deadline - time.monotonic())):
             logger.warning("graceful: the app's lifespan shutdown did not end within the budget")
         loop.finish(max(0.0, deadline - time.monotonic()))

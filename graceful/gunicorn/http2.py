@@ -1,10 +1,11 @@
 """HTTP/2 draining: GOAWAY on every connection, serve what was opened, refuse the rest, close.
 
-Runs in a Gunicorn 27+ gthread or gevent worker process that serves HTTP/2;
+Runs in a Gunicorn 27+ gthread, gevent or ``-k asgi`` worker process that serves HTTP/2;
 inert elsewhere (:func:`graceful.gunicorn.adapter.http2.probe_http2` says
 "no HTTP/2" and nothing here is made). What Gunicorn's connection objects
 are, and how a frame reaches the wire on the connection's own thread or
-greenlet, is :mod:`graceful.gunicorn.adapter.http2`'s; the rules are here,
+greenlet (or the worker's event loop), is :mod:`graceful.gunicorn.adapter.http2`'s
+(:mod:`graceful.gunicorn.adapter.gasgi_http2`'s); the rules are here,
 so that fakes can drive them.
 
 HTTP/2 forbids ``Connection: close``, so a client is moved the way RFC 9113

@@ -266,7 +266,9 @@ class ProcessStop:
         elif self.asgi is not None:
             assert self.started_at is not None
             gunicorn_stop = lambda: self._gunicorn_term(signal.SIGTERM, None)  # noqa: E731
-            left = self.asgi.stop(self.started_at, self.drain_timeout, gunicorn_stop)
+            http2 = self.http2
+            abandoned = _nothing if http2 is None else lambda: http2.abandoned(self.pid)
+            left = self.asgi.stop(self.started_at, self.drain_timeout, gunicorn_stop, abandoned)
             if left:
                 logger.warning(
                     "graceful: worker %d: %d connection(s) still open at the drain's deadline", self.pid, left

@@ -231,7 +231,7 @@ class WorkerShutdown:
             self._reported_in_flight = count
 
     def _start_http2(self) -> Http2Drain | None:
-        """HTTP/2 (Gunicorn 27+ gthread and gevent): GOAWAY from ShutdownInitiated (:mod:`.http2`); None: none here."""
+        """HTTP/2 (Gunicorn 27+ gthread, gevent, ``-k asgi``): GOAWAY from ShutdownInitiated (:mod:`.http2`) or None."""
         stats = self.lifecycle.stats
         drain = Http2Drain(
             self.lifecycle.shutdown_initiated.name, on_refused=lambda: stats.rejected(REASON_REFUSED_STREAM)

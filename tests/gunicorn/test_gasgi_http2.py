@@ -165,6 +165,7 @@ class TestGasgiHttp2:
         # The in-flight streams outlived the delay: the drain waited for them, then the connection closed.
         assert all(s.ended is not None for s in seen.in_flight)
         assert "Traceback" not in seen.log, seen.log
+        assert "HTTP/2: 1 connection(s), 1 told GOAWAY; 3 stream(s) drained, 1 refused, 0 abandoned" in seen.log
 
 
 @pytest.mark.plain

@@ -44,7 +44,6 @@ import importlib
 import logging
 import os
 import threading
-import time
 import weakref
 from typing import Any
 
@@ -70,7 +69,8 @@ class AsyncHttp2Connections:
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
+        #: The worker's event loop (every connection's, and where their steps run).
+        self.loop = loop
         self._live: weakref.WeakSet[Any] = weakref.WeakSet()
         # Held for a set's add, discard or copy only (the loop, and open_streams' thread).
         self._lock = threading.Lock()
@@ -98,7 +98,7 @@ class AsyncHttp2Connections:
 
     def _on_loop(self) -> None:
         with contextlib.suppress(RuntimeError):  # the loop closed: no connection is left to tell
-            self._loop.call_soon_threadsafe(self.act_all)
+            self.loop.call_soon_threadsafe(self.act_all)
 
     def act_all(self) -> None:
         """On the loop: each connection does what the drain says now."""
@@ -133,7 +133,7 @@ class _AsyncGoaway:
         if conn.is_closed:
             self.closed()
             return
-        now = time.monotonic()
+        now = self.drain.clock()  # monotonic
         action = self.state.next_action(now, len(conn.streams))
         if action is Action.NOTHING:
             return
@@ -145,7 +145,7 @@ class _AsyncGoaway:
             self.state.sent_first(now)
             wake_in = self.state.wake_in(now)
             if wake_in is not None:  # no ACK within one round trip: the final GOAWAY all the same
-                self._timer = asyncio.get_running_loop().call_later(wake_in, self.act)
+                self._timer = self.server.loop.call_later(wake_in, self.act)
         elif action is Action.FINAL_GOAWAY:
             last = int(h2.highest_inbound_stream_id)
             self._write(h2.data_to_send() + goaway_frame(last))
@@ -155,12 +155,12 @@ class _AsyncGoaway:
             if self.state.last_stream_id is None:
                 self.state.sent_final(int(h2.highest_inbound_stream_id))
             self._closing = True
-            asyncio.get_running_loop().create_task(self._close())
+            self.server.loop.create_task(self._close())
 
     def acknowledged(self) -> None:
         """The PING's ACK came (inside Gunicorn's event handling): the final GOAWAY goes out next, on the loop."""
         self.state.ping_acknowledged()
-        asyncio.get_running_loop().call_soon(self.act)
+        self.server.loop.call_soon(self.act)
 
     def _write(self, data: bytes) -> None:
         # The transport buffers it: a write never waits (Gunicorn's own control frames go the same way).

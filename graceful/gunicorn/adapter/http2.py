@@ -3,8 +3,9 @@
 Runs in a worker process. Probed once, in ``post_worker_init`` (main
 thread; under gevent after its patch), by :func:`probe_http2`, and only
 when the worker serves HTTP/2 (``h2`` in ``http_protocols``, a gthread or
-gevent worker). Gunicorn 22-26 have no HTTP/2 and the sync worker serves
-HTTP/1.1 only: the probe says "no HTTP/2" and changes nothing. The rules
+gevent worker; ``-k asgi``'s is :mod:`.gasgi_http2`'s). Gunicorn 22-26 have
+no HTTP/2 and the sync worker serves HTTP/1.1 only: the probe says "no
+HTTP/2" and changes nothing. The rules
 (when a connection is told what, which streams are refused) are
 :mod:`graceful.gunicorn.http2`'s; this module carries them out:
 
