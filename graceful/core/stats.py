@@ -274,6 +274,8 @@ class RequestStats:
         # (graceful.gunicorn.shared.ArrivalBoard, read by the master's adaptive delay); else a list of one.
         self._board: ArrivalSlot = [0.0]
         self._drain: DrainFigures | None = None
+        #: True once the server cut the requests left at the drain's deadline (:meth:`drain_cut`).
+        self._drain_cut = False
         self._checks: dict[tuple[str, str], list[int]] = {}  # [last ok, successes, errors]; guarded by _lock
         self._ends: list[ProcessEnd] = []  # guarded by _lock
 
@@ -324,10 +326,20 @@ class RequestStats:
                 self._drain = DrainFigures(at, in_flight)
 
     def drain_ended(self, at: float, abandoned: int) -> None:
-        """A drain ended at ``at``, leaving ``abandoned`` requests still running; the last one counts."""
+        """A drain ended at ``at``, leaving ``abandoned`` requests still running; the last one counts,
+        unless the server cut them (:meth:`drain_cut`)."""
         with self._lock:
-            if self._drain is not None:
+            if self._drain is not None and not self._drain_cut:
                 self._drain = dataclasses.replace(self._drain, ended_at=at, abandoned=abandoned)
+
+    def drain_cut(self) -> None:
+        """The drain that just ended is the last: the server now cuts the requests it abandoned.
+
+        An ASGI worker's stop cancels their tasks, which ends their count: a
+        later wait (``worker_exit``'s) would find none and call them drained.
+        """
+        with self._lock:
+            self._drain_cut = self._drain is not None and self._drain.ended_at is not None
 
     # -- health probes (the request thread that answers one) ---------------------------
 

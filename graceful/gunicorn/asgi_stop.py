@@ -16,6 +16,8 @@ over, for the server's shutdown and for a process stop alike:
    is served by the other processes, or was emptied before the master's TERM);
 2. the requests in flight finish, bounded by ``drain_timeout`` (the
    lifecycle's count, kept by :class:`~graceful.asgi.GracefulASGIMiddleware`);
+   those still running at its deadline are recorded abandoned there, for
+   good (the worker's own stop cancels their tasks, which ends their count);
 3. the long-lived connections still open are told to leave (WebSockets 1001,
    streams ended at a chunk boundary: :func:`graceful.asgi.goodbyes_of`)
    and waited for, within the same deadline;
@@ -39,6 +41,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
+import os
 import time
 from collections.abc import Callable
 from typing import Protocol
@@ -189,14 +192,24 @@ class AsgiStop:
         await loop.stop_accepting()
         # A keep-alive client's next request would hold the worker until the drain's deadline.
         loop.close_after_response()
-        in_flight = self._lifecycle.in_flight
+        lifecycle = self._lifecycle
+        in_flight = lifecycle.in_flight
         await _until(lambda: in_flight.count == 0, deadline)
+        if in_flight.count:
+            # Abandoned: the worker's own stop cancels their tasks, which ends their count. Recorded now
+            # (figures, warning; a zero wait never blocks the loop), for good.
+            lifecycle.drain(0.0)
+            lifecycle.stats.drain_cut()
         goodbyes = goodbyes_of(self._lifecycle)
         if goodbyes.open:
             await goodbyes.leave_all(max(0.0, deadline - time.monotonic()))
         await _until(lambda: loop.open_connections() == 0, deadline)
         left = loop.open_connections()
         if left:
+            # Said here, on the loop: once the worker's own stop runs, the process may end before its thread logs.
+            logger.warning(
+                "graceful: worker %d: %d connection(s) still open at the drain's deadline", os.getpid(), left
+            )
             at_deadline()
         if not await loop.lifespan_shutdown(max(0.0, lifespan_deadline - time.monotonic())):
             logger.warning("graceful: the app's lifespan shutdown did not end within the budget")

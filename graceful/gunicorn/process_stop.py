@@ -268,11 +268,7 @@ class ProcessStop:
             gunicorn_stop = lambda: self._gunicorn_term(signal.SIGTERM, None)  # noqa: E731
             http2 = self.http2
             abandoned = _nothing if http2 is None else lambda: http2.abandoned(self.pid)
-            left = self.asgi.stop(self.started_at, self.drain_timeout, gunicorn_stop, abandoned)
-            if left:
-                logger.warning(
-                    "graceful: worker %d: %d connection(s) still open at the drain's deadline", self.pid, left
-                )
+            self.asgi.stop(self.started_at, self.drain_timeout, gunicorn_stop, abandoned)  # it names what is left
 
     def _gevent_http2_stop(self) -> None:
         """gevent serving HTTP/2: its connections close after their GOAWAY before Gunicorn's stop cuts them."""

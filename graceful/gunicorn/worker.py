@@ -322,9 +322,9 @@ class WorkerShutdown:
         lifecycle = self.lifecycle
 
         def drained(done: bool) -> None:
-            if done:  # else the lifecycle warned of the requests it abandoned
-                figures = lifecycle.stats.drain
-                assert figures is not None and figures.ended_at is not None  # the drain has just ended
+            figures = lifecycle.stats.drain
+            assert figures is not None and figures.ended_at is not None  # the drain has just ended
+            if done and not figures.abandoned:  # else the lifecycle warned of the requests it abandoned
                 took = figures.ended_at - figures.started_at
                 logger.info(
                     "graceful: worker %d drained %d request(s) after waiting %.3fs", self.pid, figures.in_flight, took

@@ -170,6 +170,7 @@ class FakeGasgi:
         self.max_requests = 50
         self.lifespan: Any = None
         self.cfg = types.SimpleNamespace(graceful_timeout=30, set=lambda name, value: None)
+        self._quick_shutdown = False
 
 
 class TestGasgiProbe:
@@ -243,10 +244,16 @@ class TestGasgiProbe:
             await asyncio.sleep(0)
             assert is_sleeping_in(task, Worker._serve)
             adapter.finish(1.0)
-            assert not worker.alive
+            assert not worker.alive and not worker._quick_shutdown  # time left: Gunicorn's wait stays
             return await asyncio.wait_for(task, 5)
 
         assert asyncio.run(main()) == "woken"
+
+    def test_finish_past_the_deadline_cuts_at_once(self) -> None:
+        """finish() with no time left: Gunicorn's quick stop, not its wait of a whole second or more."""
+        worker = FakeGasgi()
+        gasgi.GasgiLoop(worker).finish(0.0)
+        assert not worker.alive and worker._quick_shutdown
 
 
 class TestGuardAccept:
@@ -508,6 +515,41 @@ class TestAsgiStop:
 
         assert asyncio.run(main()) == 2
         assert fake.steps == ["stop accepting", "close after response", "lifespan", "finish"]
+
+    def test_requests_in_flight_at_the_deadline_are_recorded_abandoned_for_good(self) -> None:
+        """Requests still running at the drain's deadline are abandoned in the record, though the worker's
+        stop then cancels them (their count ends) before worker_exit's own wait, which finds none."""
+        lifecycle = Lifecycle()
+        tokens = [lifecycle.in_flight.add() for _ in range(2)]
+        lifecycle.stats.drain_began(lifecycle.clock.now(), lifecycle.in_flight.count)  # the stop's start
+        fake = FakeAsgiLoop()
+        stop = AsgiStop(fake, lifecycle, lifespan_until=0.0)
+
+        async def main() -> int:
+            fake.loop = asyncio.get_running_loop()
+            return await asyncio.to_thread(stop.stop, _now() - 10.0, 1.0, lambda: None)
+
+        asyncio.run(main())
+        for release in tokens:  # the worker's stop cancels them: their count ends
+            release()
+        assert lifecycle.drain(0.5)  # worker_exit's wait: nothing left to wait for
+        figures = lifecycle.stats.drain
+        assert figures is not None and (figures.in_flight, figures.abandoned) == (2, 2)
+
+    def test_a_drain_with_nothing_left_at_the_deadline_abandons_nothing(self) -> None:
+        """The requests ended before the deadline: worker_exit's wait records 0 abandoned."""
+        lifecycle = Lifecycle()
+        lifecycle.stats.drain_began(lifecycle.clock.now(), 0)
+        fake = FakeAsgiLoop()
+
+        async def main() -> int:
+            fake.loop = asyncio.get_running_loop()
+            return await asyncio.to_thread(AsgiStop(fake, lifecycle, 0.0).stop, _now() - 10.0, 1.0, lambda: None)
+
+        asyncio.run(main())
+        assert lifecycle.drain(0.5)
+        figures = lifecycle.stats.drain
+        assert figures is not None and figures.abandoned == 0
 
     def test_no_loop_by_the_deadline_hands_over_to_gunicorn(self) -> None:
         """A worker whose loop never ran by the drain's deadline: Gunicorn's own stop."""

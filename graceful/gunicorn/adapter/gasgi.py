@@ -26,6 +26,9 @@ what graceful touches             why
 ``worker.alive``, ``_serve``      the end of graceful's stop: ``alive = False``, and the task of
                                   ``_serve``, asleep in its one-second ``asyncio.sleep``, is
                                   cancelled to wake it (Gunicorn catches that and stops at once)
+``worker._quick_shutdown``        set when the drain's deadline has passed: Gunicorn's stop would
+                                  wait at least a second more for the connections left (its
+                                  ``graceful_timeout`` is a whole number of seconds)
 ``request.must_close``            ``Connection: close`` from ``pre_request`` (its requests have no
                                   ``force_close``)
 ================================  ===============================================================
@@ -58,7 +61,7 @@ OLDEST_GASGI = (25, 1)
 
 # What graceful uses on the class (probed in the master) and on the worker (probed in post_worker_init).
 _CLASS_NEEDS = ("_serve", "_shutdown", "init_signals", "handle_exit_signal", "run")
-_WORKER_NEEDS = ("loop", "servers", "nr_conns", "nr", "alive", "max_requests", "lifespan", "cfg")
+_WORKER_NEEDS = ("loop", "servers", "nr_conns", "nr", "alive", "max_requests", "lifespan", "cfg", "_quick_shutdown")
 
 
 def _release_tuple(text: str) -> tuple[int, ...] | None:
@@ -158,9 +161,11 @@ class GasgiLoop:
         """See :meth:`AsgiLoop.every_tick`: nothing to do, ``pre_request`` counts the requests here."""
 
     def finish(self, timeout: float) -> None:
-        """See :meth:`AsgiLoop.finish`: ``alive = False``; ``_serve``'s sleep is cut short."""
+        """See :meth:`AsgiLoop.finish`: ``alive = False``; ``_serve``'s sleep cut short (its wait too, if late)."""
         worker = self._worker
         bound_worker_drain(worker, timeout)
+        if timeout <= 0:  # the drain's deadline passed: what is left is cut now, not a second later
+            worker._quick_shutdown = True
         worker.alive = False
         serve = getattr(type(worker), "_serve", None)
         for task in asyncio.all_tasks(self._loop):
