@@ -31,6 +31,7 @@ import logging
 import os
 import select
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -182,6 +183,16 @@ class ProcessStop:
         if self.http2 is not None:
             self.http2.stop()  # GOAWAY on every HTTP/2 connection (most had it at ShutdownInitiated)
         return True
+
+    def counts_requests(self) -> bool:
+        """After :meth:`install`: True when ``pre_request`` counts requests (a max_requests limit is in force)."""
+        if self.gthread is not None:
+            limit = self.gthread.max_requests
+        elif self.asgi is not None:
+            limit = self.asgi.max_requests
+        else:
+            limit = self.worker.max_requests()
+        return limit < sys.maxsize
 
     def reason_now(self) -> StopReason | None:
         """Why this worker stops, as far as it can tell now: None for the server's shutdown."""

@@ -138,7 +138,10 @@ class WorkerShutdown:
         lifecycle.unsubscribe(master_listener)
         #: Why and since when this worker stops (see graceful.gunicorn.process_stop).
         self.stop = ProcessStop(worker, channel)
-        self.stop.on_begin = self._drain_begins
+        self.stop.on_begin = self._stop_begins
+        #: True while ``pre_request`` has nothing to do: no shutdown, no stop, no max_requests to count
+        #: (set in :meth:`start`; taken down, never raised again, by ShutdownInitiated and the stop's start).
+        self.requests_unwatched = False
         self.stop.note_early_term()
         #: Set by ``worker_abort`` (inside the SIGABRT handler): the master killed it for its timeout.
         self.timed_out = False
@@ -189,6 +192,7 @@ class WorkerShutdown:
         worker.guard_accept(None if loop is None else loop.stop_accepting)
         gthread = None if loop is None else GthreadStop(loop)
         self.stop.install(lifecycle.config.drain_timeout, gthread, gevent, self._start_http2(), asgi)
+        self._unwatch_requests()
         lifecycle.run_post_start_hooks()
         threading.Thread(target=worker_watch, args=(self,), name="graceful-watch", daemon=True).start()
         self._booted = True
@@ -214,6 +218,28 @@ class WorkerShutdown:
         asgi = AsgiStop(asgi_loop, lifecycle, lifespan_until)
         asgi_loop.every_tick(self.stop.check_max_requests)
         return asgi
+
+    def _unwatch_requests(self) -> None:
+        """``post_worker_init``: ``pre_request`` does nothing until ShutdownInitiated or the stop's start.
+
+        Unless a max_requests limit is in force (every request is counted).
+        Set before the subscription, whose callback takes it down: a signal
+        fired meanwhile is seen by the look after it.
+        """
+        self.requests_unwatched = not self.stop.counts_requests()
+        self.lifecycle.subscribe(self._on_signal)
+        if self.lifecycle.shutdown_initiated.is_set() or self.stop.stopping:
+            self.requests_unwatched = False
+
+    def _on_signal(self, name: str, _at: float) -> None:
+        """The thread that fires a lifecycle signal: from ShutdownInitiated on, ``pre_request`` acts."""
+        if name == self.lifecycle.shutdown_initiated.name:
+            self.requests_unwatched = False
+
+    def _stop_begins(self) -> None:
+        """The stop began (the thread that began it): ``pre_request`` acts from now on, and the drain begins."""
+        self.requests_unwatched = False
+        self._drain_begins()
 
     def _drain_begins(self) -> None:
         """The stop began (the thread that began it): the requests in flight now are those its drain waits for.
@@ -280,7 +306,13 @@ class WorkerShutdown:
         return self.stop.term_at is not None or self.stop.stopping
 
     def before_request(self, req: Any) -> None:
-        """``pre_request`` (request thread): close the connection after this response once shutting down."""
+        """``pre_request`` (request thread): close the connection after this response once shutting down.
+
+        Before that, and without a max_requests limit, one attribute look: the
+        hook runs on every request (Gunicorn skips its default one).
+        """
+        if self.requests_unwatched:
+            return
         if self.lifecycle.shutdown_initiated.is_set():
             self.worker.force_close(req)
         self.stop.before_request(req)

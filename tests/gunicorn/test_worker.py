@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -286,6 +287,28 @@ class TestPreRequest:
             shutdown.before_request(Request())
         assert shutdown.stopping and shutdown.stop.reason is StopReason.RECYCLED
         assert f"worker {os.getpid()} stopping (recycled)" in caplog.text
+
+    def test_without_a_limit_nothing_is_watched_until_shutdown_initiated(self, master: Master) -> None:
+        """No max_requests: pre_request is one attribute look until ShutdownInitiated, which takes it down."""
+        shutdown = booted(FakeWorker(max_requests=sys.maxsize), master)
+        assert shutdown.requests_unwatched
+        master.fire(Kind.SHUTDOWN_INITIATED)
+        assert shutdown.lifecycle.shutdown_initiated.wait(SOON)
+        assert not shutdown.requests_unwatched
+
+    def test_a_process_stop_takes_the_unwatched_path_down(self, master: Master) -> None:
+        """No max_requests, a process stop (HUP, TTOU): responses from its start get Connection: close."""
+        shutdown = booted(FakeWorker(max_requests=sys.maxsize), master)
+        assert shutdown.requests_unwatched
+        shutdown.stop.begin(StopReason.RECYCLED)
+        request = Request()
+        shutdown.before_request(request)
+        assert not shutdown.requests_unwatched and request.closed
+
+    def test_a_max_requests_limit_watches_every_request(self, master: Master) -> None:
+        """With max_requests every request is counted: never the unwatched path."""
+        shutdown = booted(FakeWorker(max_requests=3), master)
+        assert not shutdown.requests_unwatched
 
 
 class TestExit:
