@@ -17,8 +17,9 @@ What happens to one connection, by its scope's type::
           from ShutdownInitiated      counted as an arrival; 429 + Retry-After
                                       once not accepting in retry-after mode;
                                       the response gets "Connection: close"
-                                      (HTTP/1.1); a client that disconnects
-                                      ends its count at once
+                                      (HTTP/1.1; also once the process stops
+                                      without a shutdown: gate.closing); a
+                                      client that disconnects ends its count
           max_in_flight all taken     429, Retry-After: 1
           the drain has begun         503, Retry-After: 1
           a stream                    long-lived: not counted in the drain,
@@ -180,7 +181,7 @@ class GracefulASGIMiddleware:
                 self._leave()
                 return await self._refuse(send, scope, gate.refuse_draining())
             release = Release(self._leave)
-        if gate.shutdown_initiated.fired_at is None:  # only a max_in_flight: nothing more to do
+        if gate.shutdown_initiated.fired_at is None and not gate.closing:  # only a max_in_flight: nothing more
             try:
                 return await self.app(scope, receive, send)
             finally:
@@ -193,7 +194,7 @@ class GracefulASGIMiddleware:
 
     async def _stream(self, scope: Scope, receive: Receive, send: Send) -> None:
         """A long-lived HTTP response: not counted in the drain, told to leave."""
-        stream = Stream(receive, send, close_connection=_closes(scope, self._gate.shutdown_initiated.fired_at))
+        stream = Stream(receive, send, close_connection=self._closes(scope))
         await self._serve_long_lived(stream, scope)
 
     async def _serve_long_lived(self, connection: Stream | WebSocket, scope: Scope) -> None:
@@ -217,7 +218,8 @@ class GracefulASGIMiddleware:
 
     def _closes(self, scope: Scope) -> bool:
         """Whether graceful's own answer on this connection gets ``Connection: close`` now."""
-        return _closes(scope, self._gate.shutdown_initiated.fired_at is not None)
+        gate = self._gate
+        return _closes(scope, gate.shutdown_initiated.fired_at is not None or gate.closing)
 
     # -- WebSocket, lifespan and the rest --------------------------------------------------------------
 

@@ -16,6 +16,9 @@ the lifecycle's other members on a request. What one request does, in order::
                                      gives a Release (the slot and the count)
                                      or the 429/503 Refusal
     gate.in_flight.waiting           the drain has begun: refuse_draining()'s 503
+    gate.closing                     this process stops (close_connections(): a
+                                     Gunicorn worker's stop, a shutdown or not):
+                                     responses ask to close the connection
 
 Thread-safe without a lock on the hot path (request threads, or an event
 loop, read :attr:`Gate.unhindered` and call the wait group's C-level pair);
@@ -71,6 +74,8 @@ class Gate:
         #: True while a request has nothing to check (see :meth:`refresh`). Read on every request;
         #: written only here and by :meth:`hinder`.
         self.unhindered = False
+        #: True once this process stops serving (:meth:`close_connections`), with or without a shutdown.
+        self.closing = False
 
     # -- what the request side reads --------------------------------------------------------
 
@@ -146,6 +151,12 @@ class Gate:
         self._lifecycle.stats.rejected(DRAINING.reason)
         return DRAINING
 
+    def close_connections(self) -> None:
+        """This process stops (a Gunicorn worker recycled, or at its TERM; any thread): from now on every
+        HTTP/1.1 response asks its client to close the connection, as from ShutdownInitiated."""
+        self.closing = True
+        self.hinder()
+
     # -- keeping the flag right --------------------------------------------------------------
 
     def refresh(self) -> None:
@@ -161,9 +172,9 @@ class Gate:
         """
         admission = self.admission
         signal = self._lifecycle.shutdown_initiated
-        if signal.fired_at is None and not admission.limit:
+        if signal.fired_at is None and not admission.limit and not self.closing:
             self.unhindered = True
-            if signal.fired_at is not None or self._admission is not admission:
+            if signal.fired_at is not None or self._admission is not admission or self.closing:
                 self.unhindered = False
 
     def hinder(self) -> None:

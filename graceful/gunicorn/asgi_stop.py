@@ -83,9 +83,11 @@ class AsgiLoop(Protocol):
         """
 
     def close_after_response(self) -> None:
-        """On the loop: from now on each response says ``Connection: close`` and its connection closes after it.
+        """On the loop: the requests running now close their connection after their response.
 
-        Idle keep-alive connections are not closed here: a client may be
+        Later ones say ``Connection: close`` through the middleware (the
+        gate's :meth:`~graceful.core.gate.Gate.close_connections`, called just
+        before). Idle keep-alive connections are not closed here: a client may be
         sending its next request on one that very moment (it would be lost);
         they close after that request's response, or at the server's
         keep-alive timeout, as in normal operation.
@@ -190,7 +192,9 @@ class AsgiStop:
 
         loop = self._loop
         await loop.stop_accepting()
-        # A keep-alive client's next request would hold the worker until the drain's deadline.
+        # A keep-alive client's next request would hold the worker until the drain's deadline: every
+        # response from now says Connection: close (the middleware's, through the gate; running ones: the loop's).
+        self._lifecycle.gate.close_connections()
         loop.close_after_response()
         lifecycle = self._lifecycle
         in_flight = lifecycle.in_flight

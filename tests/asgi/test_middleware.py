@@ -225,6 +225,17 @@ class TestDuringShutdown:
         assert run(call(middleware, http_scope())).headers()[b"connection"] == b"close"
         assert b"connection" not in run(call(middleware, http_scope(http_version="2"))).headers()
 
+    def test_a_process_stop_closes_connections_without_a_shutdown(self) -> None:
+        """The gate's close_connections (a worker recycled or HUP'd): Connection: close, no arrival counted."""
+        lc = lifecycle()
+        middleware = GracefulASGIMiddleware(hello, lc)
+        assert b"connection" not in run(call(middleware, http_scope())).headers()
+        lc.gate.close_connections()
+        assert run(call(middleware, http_scope())).headers()[b"connection"] == b"close"
+        assert run(call(middleware, http_scope("/readyz"))).headers()[b"connection"] == b"close"
+        assert b"connection" not in run(call(middleware, http_scope(http_version="2"))).headers()
+        assert lc.in_flight.count == 0 and sum(lc.stats.arrivals().values()) == 0
+
     def test_the_apps_message_is_not_changed(self) -> None:
         """Connection: close is added to a copy: the app's own message keeps its headers."""
         lc = lifecycle()

@@ -419,26 +419,6 @@ class TestUvicornWorker:
         adapter.finish(2.5)
         assert worker.server.should_exit and worker.config.timeout_graceful_shutdown == 2.5
 
-    def test_responses_say_connection_close_once_the_stop_began(self, uvicorn_module: types.ModuleType) -> None:
-        """The app wrapped at startup: no header added before close_after_response, Connection: close after."""
-        worker = fake_uvicorn_worker()
-        adapter = uvicorn_worker.UvicornWorkerLoop.probe(worker)
-        asyncio.run(worker._serve())
-        app = worker.config.loaded_app
-
-        def headers_of_one_response() -> list[Any]:
-            sent: list[Any] = []
-
-            async def send(message: Any) -> None:
-                sent.append(message)
-
-            asyncio.run(app({"type": "http"}, None, send))
-            return list(sent[0]["headers"])
-
-        assert headers_of_one_response() == []
-        adapter.close_after_response()
-        assert headers_of_one_response() == [(b"connection", b"close")]
-
     def test_a_config_without_its_settings_is_refused(self, uvicorn_module: types.ModuleType) -> None:
         """A worker whose config has no timeout_graceful_shutdown: ValueError naming it (one line)."""
         worker = fake_uvicorn_worker()
@@ -493,7 +473,8 @@ class TestAsgiStop:
     def test_steps_in_order_on_the_loop(self) -> None:
         """Stop accepting, Connection: close from now, (nothing to drain), lifespan, the worker's stop; 0 left."""
         fake = FakeAsgiLoop()
-        stop = AsgiStop(fake, Lifecycle(), lifespan_until=5.0)
+        stop_lifecycle = Lifecycle()
+        stop = AsgiStop(fake, stop_lifecycle, lifespan_until=5.0)
         gone: list[str] = []
 
         async def main() -> int:
@@ -503,6 +484,7 @@ class TestAsgiStop:
         assert asyncio.run(main()) == 0
         assert fake.steps == ["stop accepting", "close after response", "lifespan", "finish"]
         assert gone == []
+        assert stop_lifecycle.gate.closing  # later responses say Connection: close (the middleware)
 
     def test_connections_left_at_the_deadline_are_counted(self) -> None:
         """A drain whose deadline has passed: the connections still open are returned, the stop goes on."""

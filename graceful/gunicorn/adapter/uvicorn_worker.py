@@ -24,8 +24,6 @@ the worker module's ``Server``    replaced, in this process only, before ``_serv
 ``worker.config``                 ``limit_max_requests`` set to None (graceful counts and stops);
                                   ``timeout_graceful_shutdown``: what is left of the drain when
                                   Uvicorn's own stop runs, so it never waits without a bound
-``Config.loaded_app``             wrapped at ``startup`` (the protocols read it per connection):
-                                  once the stop began, responses say ``Connection: close``
 ``Server.servers``                closed to stop accepting (:func:`graceful.process.aio.close_servers`)
 ``Server.server_state``           ``connections`` (open; those in a request when the stop begins
                                   close after it, as in graceful serve) and ``total_requests``
@@ -113,8 +111,6 @@ class UvicornWorkerLoop:
         self._loop: asyncio.AbstractEventLoop | None = None
         #: Called on the loop at each of Uvicorn's ticks (every 0.1 s): graceful's max_requests count.
         self.on_tick: Callable[[], object] = _nothing
-        #: True once the stop began: every response says ``Connection: close`` (:meth:`close_after_response`).
-        self.closing = False
 
     @classmethod
     def probe(cls, worker: Any) -> UvicornWorkerLoop:
@@ -142,8 +138,6 @@ class UvicornWorkerLoop:
                 loop = asyncio.get_running_loop()
                 guard_accept(loop)
                 adapter.server = self
-                # The protocols take the app from here when a connection is made (after startup).
-                self.config.loaded_app = _closing_after_stop(self.config.loaded_app, adapter)
                 await super().startup(sockets=sockets)
                 adapter._loop = loop
 
@@ -174,8 +168,7 @@ class UvicornWorkerLoop:
         await close_servers(list(getattr(self.server, "servers", ())))
 
     def close_after_response(self) -> None:
-        """See :meth:`AsgiLoop.close_after_response`: running requests by Uvicorn, later ones by the app's wrapper."""
-        self.closing = True
+        """See :meth:`AsgiLoop.close_after_response`: running requests here (later ones: the middleware's gate)."""
         close_after_requests(self.server)
 
     def open_connections(self) -> int:
@@ -205,32 +198,6 @@ class UvicornWorkerLoop:
         """See :meth:`AsgiLoop.finish`: Uvicorn's own stop, its wait bounded by ``timeout``."""
         self._worker.config.timeout_graceful_shutdown = max(0.0, timeout)
         self.server.should_exit = True
-
-
-def _closing_after_stop(app: Any, adapter: UvicornWorkerLoop) -> Any:
-    """The worker's app (on its loop): once the stop began, each HTTP response says ``Connection: close``.
-
-    Uvicorn then closes the connection after the response (it honours the
-    app's header), where closing an idle one would race the client's next
-    request. Before the stop, requests pass with one attribute read more (a
-    request that began before is closed after by :meth:`UvicornWorkerLoop.close_after_response`).
-    """
-
-    async def closing_after_stop(scope: Any, receive: Any, send: Any) -> None:
-        if not adapter.closing or scope["type"] != "http":
-            await app(scope, receive, send)
-            return
-
-        async def send_closing(message: Any) -> None:
-            if message["type"] == "http.response.start":
-                headers = list(message.get("headers", ()))
-                if not any(name.lower() == b"connection" for name, _ in headers):
-                    message = {**message, "headers": [*headers, (b"connection", b"close")]}
-            await send(message)
-
-        await app(scope, receive, send_closing)
-
-    return closing_after_stop
 
 
 async def _done() -> None:
