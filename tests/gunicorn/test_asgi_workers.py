@@ -21,6 +21,7 @@ FIGURES_FILE (pytest-xdist hides what a test prints): after a run,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import os
@@ -29,33 +30,55 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import gunicorn
+import gunicorn as gunicorn_package
 import httpx
 import pytest
 import websockets
+import websockets.sync.client
 
 from tests.e2e_harness import ROOT, _gunicorn_supports, clean_env, free_port
+from tests.gunicorn.test_gunicorn import (
+    LIVE,
+    SERVER_SIGNALS,
+    Server,
+    Traffic,
+    _markers,
+    _stop_foreign_master,
+    _usr2,
+    _wait_gone,
+    _worker_pids,
+    get,
+)
+from tests.gunicorn.test_gunicorn import gunicorn as gunicorn
+from tests.gunicorn.test_gunicorn27 import needs_control_socket
+from tests.gunicorn.test_health_port import gunicornc
 
 pytestmark = [pytest.mark.e2e, pytest.mark.gunicorn, pytest.mark.asgi]
 
 GUNICORN = str(Path(sys.executable).with_name("gunicorn"))
-GUNICORN_RELEASE = tuple(int(part) for part in gunicorn.__version__.split(".")[:2])
+GUNICORN_RELEASE = tuple(int(part) for part in gunicorn_package.__version__.split(".")[:2])
 CLASSES = [
     pytest.param(
         "asgi",
         marks=pytest.mark.skipif(
-            GUNICORN_RELEASE < (25, 1), reason=f"-k asgi came with Gunicorn 25.1 (this is {gunicorn.__version__})"
+            GUNICORN_RELEASE < (25, 1),
+            reason=f"-k asgi came with Gunicorn 25.1 (this is {gunicorn_package.__version__})",
         ),
     ),
     "uvicorn_worker.UvicornWorker",
     "uvicorn.workers.UvicornWorker",
 ]
+#: One class per adapter (uvicorn.workers' worker is uvicorn_worker's, in graceful's adapter and in Uvicorn's code):
+#: where what is judged is the adapter's, not the class's.
+ADAPTERS = CLASSES[:2]
 DELAY = 1.0
 SOCKETS = 4
 DRAIN = 5.0
@@ -63,7 +86,14 @@ PLAIN_GRACE = 3
 REQUESTS = 600  # the recycling scenario's: at most 70 a worker, so each worker recycles several times
 LOAD_BOUND = 30.0  # seconds the recycling scenario's load may take at most (a starved machine)
 LATE = -1  # a request refused after the delay had ended (see sigterm_scenario's after())
+APP = "tests.live.asgi_app:app"
 FIGURES_FILE = Path(tempfile.gettempdir()) / "graceful-asgi-workers-figures.jsonl"
+
+
+def lifespan(marks: Path) -> list[str]:
+    """The app's lifespan marks so far (``startup``, ``shutdown``: one per worker), in order."""
+    marker = marks / "lifespan"
+    return [line.split()[0] for line in marker.read_text().splitlines()] if marker.exists() else []
 
 
 def record(who: str, figures: dict[str, Any]) -> None:
@@ -116,7 +146,7 @@ def start(
     """Gunicorn with ``worker_class`` and ``workers`` on a free port; returns once every worker started its app."""
     port = free_port()
     marks.mkdir(exist_ok=True)
-    env = clean_env({"ASGI_MARKS": str(marks), "GRACEFUL_SHUTDOWN_DELAY": str(DELAY)})
+    env = clean_env({"ASGI_APP_MARKER": str(marks / "lifespan"), "GRACEFUL_SHUTDOWN_DELAY": str(DELAY)})
     env["GRACEFUL_DRAIN_TIMEOUT"] = str(DRAIN)
     env["PYTHONWARNINGS"] = "ignore::DeprecationWarning"  # uvicorn.workers says it is deprecated
     config = ["-c", "python:graceful.conf"] if graceful else ["--graceful-timeout", str(PLAIN_GRACE)]
@@ -124,12 +154,12 @@ def start(
     command += ["--keep-alive", "2"]
     if _gunicorn_supports("control_socket_disable"):  # 25+: every instance's would share one path
         command.append("--no-control-socket")
-    command += [*extra, "tests.live.asgi_workers_app:app"]
+    command += [*extra, APP]
     with (marks / "gunicorn.log").open("ab") as log:  # the child keeps its own descriptor
         proc = subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log)
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
-        if len(list(marks.glob("startup-*"))) >= workers:
+        if lifespan(marks).count("startup") >= workers:
             try:
                 if httpx.get(f"http://127.0.0.1:{port}/", timeout=1).status_code == 200:
                     return proc, port
@@ -173,7 +203,7 @@ async def sigterm_scenario(proc: subprocess.Popen[bytes], port: int, figures: Fi
 
     async def slow(client: httpx.AsyncClient) -> None:
         try:
-            response = await client.get(f"{base}/slow?s=2")
+            response = await client.get(f"{base}/slow?seconds=2")
             if response.status_code != 200:
                 figures.in_flight_lost += 1
         except httpx.HTTPError:
@@ -241,8 +271,8 @@ def sigterm_run(worker_class: str, graceful: bool, tmp_path: Path) -> Figures:
         if proc.poll() is None:
             proc.kill()
         proc.wait(10)
-    figures.startups = len(list(marks.glob("startup-*")))
-    figures.shutdowns = len(list(marks.glob("shutdown-*")))
+    figures.startups = lifespan(marks).count("startup")
+    figures.shutdowns = lifespan(marks).count("shutdown")
     return figures
 
 
@@ -315,7 +345,7 @@ def serving_workers(marks: Path) -> int:
     deadline = time.monotonic() + 5
     while True:
         log = (marks / "gunicorn.log").read_text()
-        serving = len(list(marks.glob("startup-*"))) - len(re.findall(r"graceful: worker \d+ stopped \(", log))
+        serving = lifespan(marks).count("startup") - len(re.findall(r"graceful: worker \d+ stopped \(", log))
         if serving >= 1 or time.monotonic() > deadline:
             return serving
         time.sleep(0.05)
@@ -329,7 +359,7 @@ def test_hup_ttou_and_max_requests_without_a_failure(worker_class: str, tmp_path
     try:
         hup, ttou = (lambda: proc.send_signal(signal.SIGHUP)), (lambda: proc.send_signal(signal.SIGTTOU))
         sent, failed = asyncio.run(keep_alive_load(port, REQUESTS, hup, ttou))
-        replaced = len(list(marks.glob("startup-*"))) - 2
+        replaced = lifespan(marks).count("startup") - 2
         log = (marks / "gunicorn.log").read_text()
         recycled = log.count("stopping (recycled)")
         scaled_in = log.count("stopping (scale-in)")
@@ -358,4 +388,187 @@ def test_hup_ttou_and_max_requests_without_a_failure(worker_class: str, tmp_path
         proc.send_signal(signal.SIGTERM)
         status = proc.wait(30)
     assert status == 0
-    assert len(list(marks.glob("shutdown-*"))) == len(list(marks.glob("startup-*")))
+    assert lifespan(marks).count("shutdown") == lifespan(marks).count("startup")
+
+
+class HeldSocket:
+    """A WebSocket to the app (a sync client), told which worker holds it; a thread reads it until it closes."""
+
+    def __init__(self, port: int) -> None:
+        self._closing = contextlib.ExitStack()  # websockets 17.1+: connect() only as a context manager
+        self.ws = self._closing.enter_context(
+            websockets.sync.client.connect(f"ws://127.0.0.1:{port}/ws", open_timeout=10)
+        )
+        self.ws.send("pid")
+        deadline = time.monotonic() + 10
+        while not (answer := str(self.ws.recv(timeout=max(0.1, deadline - time.monotonic())))).startswith("pid "):
+            pass  # the app's ticks
+        self.pid = int(answer.split()[1])
+        self.code: int | None = None  # the close code received (1006: closed without one)
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        try:
+            while True:
+                self.ws.recv(timeout=60)
+        except websockets.ConnectionClosed as closed:
+            self.code = closed.rcvd.code if closed.rcvd is not None else 1006
+        except TimeoutError:
+            pass
+
+    def closed_with(self, timeout: float = 10.0) -> int | None:
+        """The close code, once the server closed it (None: still open after ``timeout`` s)."""
+        self._reader.join(timeout)
+        return self.code
+
+    def close(self) -> None:
+        self._closing.close()
+        self._reader.join(10)
+
+
+def sockets_on(port: int, pids: list[int], limit: int = 24) -> list[HeldSocket]:
+    """WebSockets opened until each worker of ``pids`` holds one (at most ``limit``)."""
+    sockets: list[HeldSocket] = []
+    while not set(pids) <= {held.pid for held in sockets}:
+        assert len(sockets) < limit, f"{limit} WebSockets, none on some of {pids}: {[h.pid for h in sockets]}"
+        sockets.append(HeldSocket(port))
+        time.sleep(0.02)  # each worker's loop may take the next connection
+    return sockets
+
+
+def asgi_server(
+    gunicorn: Callable[..., Server],
+    worker_class: str,
+    tmp_path: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    **options: Any,
+) -> Server:
+    """test_gunicorn.py's Gunicorn with 2 workers of ``worker_class`` serving the ASGI app, delay 0.5 s."""
+    settings = {
+        "GRACEFUL_SHUTDOWN_DELAY": "0.5",
+        "GRACEFUL_DRAIN_TIMEOUT": "3",
+        "GRACEFUL_HOOK_TIMEOUT": "5",  # the app's cleanup task's: graceful_timeout is derived from it
+        "ASGI_APP_MARKER": str(tmp_path / "lifespan"),
+        "PYTHONWARNINGS": "ignore::DeprecationWarning",  # uvicorn.workers says it is deprecated
+        **(env or {}),
+    }
+    server = gunicorn(env=settings, args=("-k", worker_class, "-w", "2", *args), app=APP, **options)
+    deadline = time.monotonic() + 20
+    while lifespan(tmp_path).count("startup") < 2:  # both workers serve (/readyz 200 said one does)
+        assert time.monotonic() < deadline, "\n".join(server.lines)
+        time.sleep(0.05)
+    return server
+
+
+def ended_abnormally(server: Server, pids: list[int]) -> list[str]:
+    """Gunicorn's lines for any of ``pids`` that exited with a status other than 0 or was killed by a signal."""
+    return [line for pid in pids for line in server.matching(rf"Worker \(pid:{pid}\) (exited with code|was sent)")]
+
+
+def held_by(server: Server, pids: list[int], pool: ThreadPoolExecutor, limit: int = 16) -> list[Future[Any]]:
+    """Slow requests (1.5 s) sent until one is held by a worker of ``pids`` (at most ``limit``)."""
+    requests_ = []
+    while not any(server.matching(rf"^slow {pid}$") for pid in pids):
+        assert len(requests_) < limit, f"{limit} slow requests, none held by {pids}"
+        requests_.append(pool.submit(get, server, "/slow?seconds=1.5"))
+        time.sleep(0.05)
+    return requests_
+
+
+@pytest.mark.parametrize("worker_class", ADAPTERS)
+def test_usr2_then_term_to_the_old_master_loses_nothing(gunicorn, tmp_path: Path, worker_class: str) -> None:  # type: ignore[no-untyped-def]
+    """USR2, then TERM to the old master under load: nothing fails, its workers serve what they hold and exit 0.
+
+    Its workers stop as a process stop (``upgrade``): a slow request and a
+    WebSocket they hold get their answer and a 1001; the new master serves
+    on, and its own TERM later runs the pre-shutdown hook, once.
+    """
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    config = str(LIVE / "gunicorn_conf.py")
+    server = asgi_server(gunicorn, worker_class, tmp_path, env={"GT_MARKERS": str(markers)}, config=config)
+    old = server.proc.pid
+    old_workers = _worker_pids(server)
+    new = _usr2(server)
+    traffic = Traffic(server).start()
+    stopped = False
+    sockets: list[HeldSocket] = []
+    try:
+        with ThreadPoolExecutor(16) as pool:
+            sockets += sockets_on(server.port, old_workers[:1])
+            slow = held_by(server, old_workers, pool)
+            old_term = server.term()
+            assert server.proc.wait(60) == 0
+            old_gone = time.monotonic()
+            assert [future.result().status_code for future in slow] == [200] * len(slow)
+        codes = [held.closed_with() for held in sockets if held.pid in old_workers]
+        time.sleep(1.0)  # the new master alone, on the same sockets
+        new_term = time.monotonic()
+        stopped = _stop_foreign_master(new)
+    finally:
+        traffic.stop()
+        if not stopped:
+            _stop_foreign_master(new)
+        for held in sockets:
+            held.close()
+    assert stopped, "the new master did not stop by itself"
+    assert traffic.failures(before=new_term) == [] and traffic.outcomes("/", old_gone, new_term)
+    assert set(traffic.outcomes("/readyz", old_term, old_gone)) == {"200"}
+    assert codes and set(codes) == {1001}
+    for pid in old_workers:
+        assert server.matching(rf"graceful: worker {pid} stopped \(upgrade\)"), "\n".join(server.lines)
+    assert ended_abnormally(server, old_workers) == []
+    assert server.matching(rf"\[{old}\].*graceful: SIGTERM with a live new master \(pid {new}\)")
+    assert server.matching(rf"\[{old}\].*{SERVER_SIGNALS}") == []
+    assert _markers(markers) == {"pre": {new: 1}, "cleanup": {old: 2, new: 2}}
+    assert sorted(lifespan(tmp_path)) == ["shutdown"] * 4 + ["startup"] * 4
+
+
+@needs_control_socket
+@pytest.mark.parametrize(
+    ("command", "reason", "worker_class"),
+    [("kill", "worker kill", "asgi"), ("remove", "scale-in", "uvicorn_worker.UvicornWorker")],
+)
+def test_control_socket_kill_and_remove_lose_nothing(  # type: ignore[no-untyped-def]
+    gunicorn, tmp_path: Path, command: str, reason: str, worker_class: str
+) -> None:
+    """The control socket's ``worker kill PID`` / ``worker remove`` under load: nothing fails, its WebSocket 1001.
+
+    The stopped worker logs why and exits 0; the other worker's WebSocket
+    stays open; the server's own signals are not logged. (The reason's
+    path is the same for every class: one class each.)
+    """
+    control = tmp_path / "g.ctl"
+    server = asgi_server(gunicorn, worker_class, tmp_path, "--control-socket", str(control), control_socket=True)
+    workers = _worker_pids(server)
+    sockets = sockets_on(server.port, workers)
+    traffic = Traffic(server).start()
+    try:
+        deadline = time.monotonic() + 10
+        while True:  # the control socket starts after the workers
+            try:
+                gunicornc(control, "worker", command, *([str(workers[0])] if command == "kill" else []))
+                break
+            except subprocess.CalledProcessError:
+                assert time.monotonic() < deadline, "\n".join(server.lines)
+                time.sleep(0.1)
+        [line] = server.wait_for(rf"graceful: worker \d+ stopped \({reason}\)")
+        stopped = int(re.findall(r"worker (\d+) stopped", line)[0])
+        assert _wait_gone(stopped)
+        codes = {held: held.closed_with(10 if held.pid == stopped else 0) for held in sockets}
+        time.sleep(0.5)  # served on without it
+        served_until = time.monotonic()
+    finally:
+        traffic.stop()
+        for held in sockets:
+            held.close()
+    assert command == "remove" or stopped == workers[0]
+    assert traffic.failures(before=served_until) == [] and traffic.outcomes("/", 0, served_until)
+    assert {code for held, code in codes.items() if held.pid == stopped} == {1001}
+    assert {code for held, code in codes.items() if held.pid != stopped} == {None}  # still open
+    assert ended_abnormally(server, [stopped]) == []
+    assert server.matching(SERVER_SIGNALS) == []
+    server.term()
+    assert server.exit_code() == 0
