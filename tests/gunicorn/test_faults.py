@@ -33,6 +33,17 @@ from tests.gunicorn.test_gunicorn27 import DIRTY_APP, dirty_options, dirty_pids,
 pytestmark = [pytest.mark.e2e, pytest.mark.gunicorn]
 
 APP = "tests.live.faults_app:app"
+#: Its twin for Gunicorn's ASGI workers (any ``kind`` not in test_gunicorn.py's WORKERS).
+ASGI_APP = "tests.live.faults_app:asgi"
+#: Gunicorn's ASGI worker classes, one per adapter (uvicorn.workers' is uvicorn_worker's): an ``asgi`` test each.
+ASGI = pytest.param(
+    "asgi",
+    marks=[
+        pytest.mark.asgi,
+        pytest.mark.skipif(not _has_control_socket(), reason="-k asgi came with Gunicorn 25.1"),
+    ],
+)
+UVICORN = pytest.param("uvicorn_worker.UvicornWorker", marks=pytest.mark.asgi)
 #: The grace period every test runs under (s): the master must be gone well within it.
 GRACE_PERIOD = 10.0
 #: Upper bound (s) on waiting for something that happens at once when things work.
@@ -43,14 +54,17 @@ Start = Callable[..., Server]
 
 @pytest.fixture
 def start(processes: Processes, tmp_path: Path) -> Iterator[Start]:
-    """Start Gunicorn with graceful and the faults app: start(env=..., workers=2, ready=True, kind="gthread")."""
+    """Start Gunicorn with graceful and the faults app: start(env=..., workers=2, ready=True, kind="gthread").
+
+    A ``kind`` not in WORKERS is an ASGI worker class: it serves the app's ASGI twin.
+    """
 
     def run(
         env: dict[str, str] | None = None,
         workers: int = 2,
         ready: bool = True,
         kind: str = "gthread",
-        app: str = APP,
+        app: str | None = None,
         args: tuple[str, ...] = (),
     ) -> Server:
         port = free_port()
@@ -66,7 +80,11 @@ def start(processes: Processes, tmp_path: Path) -> Iterator[Start]:
             GRACEFUL_TERMINATION_LOG="",
         )
         full_env.update(env or {})
-        options = [*WORKERS[kind][:2], "-w", str(workers), *WORKERS[kind][4:]]
+        if kind in WORKERS:
+            options = [*WORKERS[kind][:2], "-w", str(workers), *WORKERS[kind][4:]]
+        else:
+            options = ["-k", kind, "-w", str(workers)]
+        app = app or (APP if kind in WORKERS else ASGI_APP)
         argv = [GUNICORN, "-c", "graceful/conf.py", "-b", f"127.0.0.1:{port}", *options, *args, app]
         if _has_control_socket():  # tests must not share ~/.gunicorn/gunicorn.ctl
             argv[1:1] = ["--no-control-socket"]
@@ -145,8 +163,9 @@ def summary_line(server: Server) -> str:
 
 
 class TestWorkersThatDie:
-    # gevent too: its in-flight reports come from a greenlet, its requests from greenlets.
-    @pytest.mark.parametrize("kind", ["gthread", "gevent"])
+    # gevent too: its in-flight reports come from a greenlet, its requests from greenlets; the ASGI workers' from
+    # their event loop (each adapter its own way).
+    @pytest.mark.parametrize("kind", ["gthread", "gevent", ASGI, UVICORN])
     def test_a_worker_killed_during_the_drain_loses_exactly_its_requests(
         self, start: Start, tmp_path: Path, kind: str
     ) -> None:
@@ -179,9 +198,13 @@ class TestWorkersThatDie:
         )
         assert summary_line(server).split("graceful: ", 1)[1].startswith("shutdown with problems in ")
 
-    def test_a_frozen_worker_is_killed_at_graceful_timeout_and_named(self, start: Start, tmp_path: Path) -> None:
+    # An ASGI worker too: its drain and lifespan run on its event loop, whose own waits must not outlast the master's.
+    @pytest.mark.parametrize("kind", ["gthread", ASGI])
+    def test_a_frozen_worker_is_killed_at_graceful_timeout_and_named(
+        self, start: Start, tmp_path: Path, kind: str
+    ) -> None:
         """SIGSTOP during the drain: the master SIGKILLs it at graceful_timeout; the record says so, 1 request lost."""
-        server = start(env={"GRACEFUL_DRAIN_TIMEOUT": "1"})
+        server = start(env={"GRACEFUL_DRAIN_TIMEOUT": "1"}, kind=kind)
         with ThreadPoolExecutor(1) as pool:
             held = pool.submit(get, server, "/hold?ms=3000")
             [victim] = holders(server, 1)
