@@ -291,9 +291,11 @@ class TestWorkersThatDie:
 
 
 class TestTheMasterDies:
-    def test_orphaned_workers_finish_their_requests_and_exit(self, start: Start, tmp_path: Path) -> None:
+    # Each ASGI adapter learns its parent is gone its own way (on its event loop).
+    @pytest.mark.parametrize("kind", ["gthread", ASGI, UVICORN])
+    def test_orphaned_workers_finish_their_requests_and_exit(self, start: Start, tmp_path: Path, kind: str) -> None:
         """The master SIGKILLed during the delay: its workers see their parent gone, serve what they hold, exit."""
-        server = start(env={"GRACEFUL_SHUTDOWN_DELAY": "1"})
+        server = start(env={"GRACEFUL_SHUTDOWN_DELAY": "1"}, kind=kind)
         workers = worker_pids(server)
         with ThreadPoolExecutor(2) as pool:
             held = [pool.submit(get, server, "/hold?ms=1000") for _ in range(2)]
