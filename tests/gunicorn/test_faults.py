@@ -1,5 +1,10 @@
 """End-to-end: faults during a shutdown under real Gunicorn (gthread, 2 workers x 4 threads), and what the record says.
 
+Where an ASGI worker differs (its requests, reports and stop run on its
+event loop, each adapter its own way), the case runs on Gunicorn's ASGI
+workers too (marker ``asgi``; one class per adapter, or ``-k asgi`` alone
+where the adapter does not matter), serving the faults app's ASGI twin.
+
 Each test sends real signals to real processes and checks four things:
 the master exits within the grace period, nothing it started is left
 running, no request is lost that could have been kept, and the shutdown
@@ -26,8 +31,8 @@ from typing import Any
 import pytest
 import requests
 
-from tests.conftest import ROOT, Processes
-from tests.gunicorn.test_gunicorn import GUNICORN, WORKERS, Server, _has_control_socket, free_port
+from tests.gunicorn.test_gunicorn import WORKERS, Server, _has_control_socket
+from tests.gunicorn.test_gunicorn import gunicorn as gunicorn
 from tests.gunicorn.test_gunicorn27 import DIRTY_APP, dirty_options, dirty_pids, needs_dirty, wait_dirty_ready
 
 pytestmark = [pytest.mark.e2e, pytest.mark.gunicorn]
@@ -53,10 +58,11 @@ Start = Callable[..., Server]
 
 
 @pytest.fixture
-def start(processes: Processes, tmp_path: Path) -> Iterator[Start]:
+def start(gunicorn: Start, tmp_path: Path) -> Iterator[Start]:
     """Start Gunicorn with graceful and the faults app: start(env=..., workers=2, ready=True, kind="gthread").
 
-    A ``kind`` not in WORKERS is an ASGI worker class: it serves the app's ASGI twin.
+    test_gunicorn.py's Gunicorn, with this module's settings. A ``kind`` not
+    in WORKERS is an ASGI worker class: it serves the app's ASGI twin.
     """
 
     def run(
@@ -67,28 +73,20 @@ def start(processes: Processes, tmp_path: Path) -> Iterator[Start]:
         app: str | None = None,
         args: tuple[str, ...] = (),
     ) -> Server:
-        port = free_port()
-        full_env = dict(
-            os.environ,
-            PYTHONPATH=str(ROOT),
-            PYTHONUNBUFFERED="1",
-            GRACEFUL_SHUTDOWN_DELAY="0.4",
-            GRACEFUL_DRAIN_TIMEOUT="2",
-            GRACEFUL_HOOK_TIMEOUT="1",
-            GRACEFUL_GRACE_PERIOD=f"{GRACE_PERIOD:g}",
-            GRACEFUL_REPORT_FILE=str(tmp_path / "record.json"),
-            GRACEFUL_TERMINATION_LOG="",
-        )
-        full_env.update(env or {})
-        if kind in WORKERS:
-            options = [*WORKERS[kind][:2], "-w", str(workers), *WORKERS[kind][4:]]
-        else:
-            options = ["-k", kind, "-w", str(workers)]
+        settings = {
+            "GRACEFUL_SHUTDOWN_DELAY": "0.4",
+            "GRACEFUL_DRAIN_TIMEOUT": "2",
+            "GRACEFUL_HOOK_TIMEOUT": "1",
+            "GRACEFUL_GRACE_PERIOD": f"{GRACE_PERIOD:g}",
+            "GRACEFUL_REPORT_FILE": str(tmp_path / "record.json"),
+            "GRACEFUL_TERMINATION_LOG": "",
+            **(env or {}),
+        }
+        # The options after WORKERS[kind]'s win: the worker count, an ASGI class.
+        options = ("-w", str(workers)) if kind in WORKERS else ("-k", kind, "-w", str(workers))
         app = app or (APP if kind in WORKERS else ASGI_APP)
-        argv = [GUNICORN, "-c", "graceful/conf.py", "-b", f"127.0.0.1:{port}", *options, *args, app]
-        if _has_control_socket():  # tests must not share ~/.gunicorn/gunicorn.ctl
-            argv[1:1] = ["--no-control-socket"]
-        server = Server(processes.start(argv, env=full_env), port)
+        worker = kind if kind in WORKERS else "sync"
+        server: Server = gunicorn(worker, env=settings, args=(*options, *args), app=app, ready=False)
         if ready:
             server.wait_ready()
             server.wait_for(r"Booting worker with pid", SOON, count=workers)
