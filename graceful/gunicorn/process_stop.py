@@ -72,7 +72,7 @@ class ProcessStop:
         self.drain_timeout = 0.0
         self.pid = os.getpid()
         #: The master that forked this worker (``post_fork``): a parent that changes is a master gone.
-        self.master_pid = os.getppid()
+        self.forked_by = os.getppid()
         #: Monotonic time of this worker's SIGTERM, set by the OS handler.
         self.term_at: float | None = None
         #: Monotonic time the stop began (SIGTERM, max_requests reached, the timeout's SIGABRT).
@@ -258,7 +258,7 @@ class ProcessStop:
         the listeners. Its stop is the server's when the master had begun
         one, else ``stopped by the master`` (:meth:`reason_now`).
         """
-        if not self.stopping and os.getppid() != self.master_pid:
+        if not self.stopping and os.getppid() != self.forked_by:
             self.begin(self.reason_now())
             self._wake()
 

@@ -586,7 +586,7 @@ class TestProcessStopOfAnAsgiWorker:
         stop.asgi = AsgiStop(FakeAsgiLoop(served=0, max_requests=5), Lifecycle(), 1.0)
         stop.on_tick()
         assert not stop.stopping
-        stop.master_pid += 1  # as if re-parented: os.getppid() is no longer the master's pid
+        stop.forked_by += 1  # as if re-parented: os.getppid() is no longer the master's pid
         stop.on_tick()
         assert stop.stopping and stop.reason is StopReason.BY_MASTER  # no TERM, no ShutdownInitiated
 
