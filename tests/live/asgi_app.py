@@ -7,11 +7,11 @@ only), ``CLEANUP`` when the cleanup task ran. Its lifespan appends
 ``ASGI_APP_MARKER`` (if set; one write of one line, so workers sharing the
 file do not mix).
 
-Routes: ``/`` answers ``hello``; ``/slow?seconds=S`` prints ``slow PID``,
-sleeps, then answers ``slept S``; ``/sse`` streams ``data: tick N`` events every 0.1 s until the
-client or the server ends it; ``/ws`` accepts a WebSocket, echoes what it
-receives (``pid`` is answered ``pid PID``: which worker holds it) and sends
-``tick`` every 0.1 s.
+Routes: ``/`` answers ``hello``; ``/slow?seconds=S`` prints ``slow PID``
+(which worker holds it), sleeps, then answers ``slept S``; ``/sse`` streams
+``data: tick N`` events every 0.1 s until the client or the server ends it;
+``/ws`` accepts a WebSocket, echoes what it receives (``pid`` is answered
+``pid PID``) and sends ``tick`` every 0.1 s.
 """
 
 from __future__ import annotations
