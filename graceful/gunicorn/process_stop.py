@@ -72,6 +72,8 @@ class ProcessStop:
         #: Seconds the drain may take from the stop's start (the config's, once the app is loaded).
         self.drain_timeout = 0.0
         self.pid = os.getpid()
+        #: The master that forked this worker (``post_fork``): a parent that changes is a master gone.
+        self.forked_by = os.getppid()
         #: Monotonic time of this worker's SIGTERM, set by the OS handler.
         self.term_at: float | None = None
         #: Monotonic time the stop began (SIGTERM, max_requests reached, the timeout's SIGABRT).
@@ -247,10 +249,28 @@ class ProcessStop:
             self.begin(StopReason.RECYCLED)
             self._wake()
 
+    def on_tick(self) -> None:
+        """Uvicorn's worker, on its loop at each tick (every 0.1 s): what Gunicorn's own worker loops look at."""
+        self.check_max_requests()
+        self.check_master()
+
     def check_max_requests(self) -> None:
         """Uvicorn's worker (no ``pre_request``), on its loop at each tick: stop once it served its limit."""
         if not self.stopping and self.asgi is not None and self.asgi.reaches_max_requests(pending=0):
             self.begin(StopReason.RECYCLED)
+            self._wake()
+
+    def check_master(self) -> None:
+        """Uvicorn's worker, on its loop at each tick: stop, as at a TERM, once its master is gone.
+
+        Gunicorn's own workers leave their loop when their parent changes
+        ("Parent changed, shutting down"); Uvicorn's never looks, so an
+        orphan (its master SIGKILLed) would serve on without a bound, holding
+        the listeners. Its stop is the server's when the master had begun
+        one, else ``stopped by the master`` (:meth:`reason_now`).
+        """
+        if not self.stopping and os.getppid() != self.forked_by:
+            self.begin(self.reason_now())
             self._wake()
 
     # -- graceful-stop thread ------------------------------------------------------------

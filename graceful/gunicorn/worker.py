@@ -216,7 +216,7 @@ class WorkerShutdown:
             self.worker.wrap_app(lambda app: GracefulASGIMiddleware(app, lifecycle))
         lifespan_until = self.graceful_timeout - lifecycle.longest_cleanup_timeout() - EXIT_MARGIN
         asgi = AsgiStop(asgi_loop, lifecycle, lifespan_until)
-        asgi_loop.every_tick(self.stop.check_max_requests)
+        asgi_loop.every_tick(self.stop.on_tick)
         return asgi
 
     def _unwatch_requests(self) -> None:

@@ -604,6 +604,16 @@ class TestProcessStopOfAnAsgiWorker:
         stop.check_max_requests()
         assert stop.reason is StopReason.RECYCLED
 
+    def test_uvicorns_tick_starts_the_stop_once_its_master_is_gone(self) -> None:
+        """Uvicorn's worker (it never looks at its parent): its tick begins the stop once the parent changed."""
+        stop = ProcessStop(FakeWorker("uvicorn"), Facts())  # type: ignore[arg-type]
+        stop.asgi = AsgiStop(FakeAsgiLoop(served=0, max_requests=5), Lifecycle(), 1.0)
+        stop.on_tick()
+        assert not stop.stopping
+        stop.forked_by += 1  # as if re-parented: os.getppid() is no longer the master's pid
+        stop.on_tick()
+        assert stop.stopping and stop.reason is StopReason.BY_MASTER  # no TERM, no ShutdownInitiated
+
 
 def _now() -> float:
     import time

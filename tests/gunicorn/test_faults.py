@@ -1,5 +1,10 @@
 """End-to-end: faults during a shutdown under real Gunicorn (gthread, 2 workers x 4 threads), and what the record says.
 
+Where an ASGI worker differs (its requests, reports and stop run on its
+event loop, each adapter its own way), the case runs on Gunicorn's ASGI
+workers too (marker ``asgi``; one class per adapter, or ``-k asgi`` alone
+where the adapter does not matter), serving the faults app's ASGI twin.
+
 Each test sends real signals to real processes and checks four things:
 the master exits within the grace period, nothing it started is left
 running, no request is lost that could have been kept, and the shutdown
@@ -26,13 +31,24 @@ from typing import Any
 import pytest
 import requests
 
-from tests.conftest import ROOT, Processes
-from tests.gunicorn.test_gunicorn import GUNICORN, WORKERS, Server, _has_control_socket, free_port
+from tests.gunicorn.test_gunicorn import WORKERS, Server, _has_control_socket
+from tests.gunicorn.test_gunicorn import gunicorn as gunicorn
 from tests.gunicorn.test_gunicorn27 import DIRTY_APP, dirty_options, dirty_pids, needs_dirty, wait_dirty_ready
 
 pytestmark = [pytest.mark.e2e, pytest.mark.gunicorn]
 
 APP = "tests.live.faults_app:app"
+#: Its twin for Gunicorn's ASGI workers (any ``kind`` not in test_gunicorn.py's WORKERS).
+ASGI_APP = "tests.live.faults_app:asgi"
+#: Gunicorn's ASGI worker classes, one per adapter (uvicorn.workers' is uvicorn_worker's): an ``asgi`` test each.
+ASGI = pytest.param(
+    "asgi",
+    marks=[
+        pytest.mark.asgi,
+        pytest.mark.skipif(not _has_control_socket(), reason="-k asgi came with Gunicorn 25.1"),
+    ],
+)
+UVICORN = pytest.param("uvicorn_worker.UvicornWorker", marks=pytest.mark.asgi)
 #: The grace period every test runs under (s): the master must be gone well within it.
 GRACE_PERIOD = 10.0
 #: Upper bound (s) on waiting for something that happens at once when things work.
@@ -42,35 +58,35 @@ Start = Callable[..., Server]
 
 
 @pytest.fixture
-def start(processes: Processes, tmp_path: Path) -> Iterator[Start]:
-    """Start Gunicorn with graceful and the faults app: start(env=..., workers=2, ready=True, kind="gthread")."""
+def start(gunicorn: Start, tmp_path: Path) -> Iterator[Start]:
+    """Start Gunicorn with graceful and the faults app: start(env=..., workers=2, ready=True, kind="gthread").
+
+    test_gunicorn.py's Gunicorn, with this module's settings. A ``kind`` not
+    in WORKERS is an ASGI worker class: it serves the app's ASGI twin.
+    """
 
     def run(
         env: dict[str, str] | None = None,
         workers: int = 2,
         ready: bool = True,
         kind: str = "gthread",
-        app: str = APP,
+        app: str | None = None,
         args: tuple[str, ...] = (),
     ) -> Server:
-        port = free_port()
-        full_env = dict(
-            os.environ,
-            PYTHONPATH=str(ROOT),
-            PYTHONUNBUFFERED="1",
-            GRACEFUL_SHUTDOWN_DELAY="0.4",
-            GRACEFUL_DRAIN_TIMEOUT="2",
-            GRACEFUL_HOOK_TIMEOUT="1",
-            GRACEFUL_GRACE_PERIOD=f"{GRACE_PERIOD:g}",
-            GRACEFUL_REPORT_FILE=str(tmp_path / "record.json"),
-            GRACEFUL_TERMINATION_LOG="",
-        )
-        full_env.update(env or {})
-        options = [*WORKERS[kind][:2], "-w", str(workers), *WORKERS[kind][4:]]
-        argv = [GUNICORN, "-c", "graceful/conf.py", "-b", f"127.0.0.1:{port}", *options, *args, app]
-        if _has_control_socket():  # tests must not share ~/.gunicorn/gunicorn.ctl
-            argv[1:1] = ["--no-control-socket"]
-        server = Server(processes.start(argv, env=full_env), port)
+        settings = {
+            "GRACEFUL_SHUTDOWN_DELAY": "0.4",
+            "GRACEFUL_DRAIN_TIMEOUT": "2",
+            "GRACEFUL_HOOK_TIMEOUT": "1",
+            "GRACEFUL_GRACE_PERIOD": f"{GRACE_PERIOD:g}",
+            "GRACEFUL_REPORT_FILE": str(tmp_path / "record.json"),
+            "GRACEFUL_TERMINATION_LOG": "",
+            **(env or {}),
+        }
+        # The options after WORKERS[kind]'s win: the worker count, an ASGI class.
+        options = ("-w", str(workers)) if kind in WORKERS else ("-k", kind, "-w", str(workers))
+        app = app or (APP if kind in WORKERS else ASGI_APP)
+        worker = kind if kind in WORKERS else "sync"
+        server: Server = gunicorn(worker, env=settings, args=(*options, *args), app=app, ready=False)
         if ready:
             server.wait_ready()
             server.wait_for(r"Booting worker with pid", SOON, count=workers)
@@ -145,8 +161,9 @@ def summary_line(server: Server) -> str:
 
 
 class TestWorkersThatDie:
-    # gevent too: its in-flight reports come from a greenlet, its requests from greenlets.
-    @pytest.mark.parametrize("kind", ["gthread", "gevent"])
+    # gevent too: its in-flight reports come from a greenlet, its requests from greenlets; the ASGI workers' from
+    # their event loop (each adapter its own way).
+    @pytest.mark.parametrize("kind", ["gthread", "gevent", ASGI, UVICORN])
     def test_a_worker_killed_during_the_drain_loses_exactly_its_requests(
         self, start: Start, tmp_path: Path, kind: str
     ) -> None:
@@ -179,9 +196,13 @@ class TestWorkersThatDie:
         )
         assert summary_line(server).split("graceful: ", 1)[1].startswith("shutdown with problems in ")
 
-    def test_a_frozen_worker_is_killed_at_graceful_timeout_and_named(self, start: Start, tmp_path: Path) -> None:
+    # An ASGI worker too: its drain and lifespan run on its event loop, whose own waits must not outlast the master's.
+    @pytest.mark.parametrize("kind", ["gthread", ASGI])
+    def test_a_frozen_worker_is_killed_at_graceful_timeout_and_named(
+        self, start: Start, tmp_path: Path, kind: str
+    ) -> None:
         """SIGSTOP during the drain: the master SIGKILLs it at graceful_timeout; the record says so, 1 request lost."""
-        server = start(env={"GRACEFUL_DRAIN_TIMEOUT": "1"})
+        server = start(env={"GRACEFUL_DRAIN_TIMEOUT": "1"}, kind=kind)
         with ThreadPoolExecutor(1) as pool:
             held = pool.submit(get, server, "/hold?ms=3000")
             [victim] = holders(server, 1)
@@ -268,9 +289,11 @@ class TestWorkersThatDie:
 
 
 class TestTheMasterDies:
-    def test_orphaned_workers_finish_their_requests_and_exit(self, start: Start, tmp_path: Path) -> None:
+    # Each ASGI adapter learns its parent is gone its own way (on its event loop).
+    @pytest.mark.parametrize("kind", ["gthread", ASGI, UVICORN])
+    def test_orphaned_workers_finish_their_requests_and_exit(self, start: Start, tmp_path: Path, kind: str) -> None:
         """The master SIGKILLed during the delay: its workers see their parent gone, serve what they hold, exit."""
-        server = start(env={"GRACEFUL_SHUTDOWN_DELAY": "1"})
+        server = start(env={"GRACEFUL_SHUTDOWN_DELAY": "1"}, kind=kind)
         workers = worker_pids(server)
         with ThreadPoolExecutor(2) as pool:
             held = [pool.submit(get, server, "/hold?ms=1000") for _ in range(2)]

@@ -1,13 +1,17 @@
-"""A Starlette app for tests/uvicorn: ``graceful serve tests.live.asgi_app:app`` (or plain ``uvicorn``).
+"""The Starlette app of every ASGI end-to-end test: ``graceful serve`` (Uvicorn) and Gunicorn's ASGI workers.
 
-Prints ``SIGNAL <name>`` for every lifecycle signal (graceful only),
-``CLEANUP`` when the cleanup task ran. Its lifespan appends ``startup`` and
-``shutdown`` lines to the file named by ``ASGI_APP_MARKER`` (if set).
+Runs on the serving process's event loop (Uvicorn's, or each Gunicorn ASGI
+worker's). Prints ``SIGNAL <name>`` for every lifecycle signal (graceful
+only), ``CLEANUP`` when the cleanup task ran. Its lifespan appends
+``startup PID`` and ``shutdown PID`` lines to the file named by
+``ASGI_APP_MARKER`` (if set; one write of one line, so workers sharing the
+file do not mix).
 
-Routes: ``/`` answers ``hello``; ``/slow?seconds=S`` sleeps then answers
-``slept S``; ``/sse`` streams ``data: tick N`` events every 0.1 s until the
-client or the server ends it; ``/ws`` accepts a WebSocket, echoes what it
-receives and sends ``tick`` every 0.1 s.
+Routes: ``/`` answers ``hello``; ``/slow?seconds=S`` prints ``slow PID``
+(which worker holds it), sleeps, then answers ``slept S``; ``/sse`` streams
+``data: tick N`` events every 0.1 s until the client or the server ends it;
+``/ws`` accepts a WebSocket, echoes what it receives (``pid`` is answered
+``pid PID``) and sends ``tick`` every 0.1 s.
 """
 
 from __future__ import annotations
@@ -34,10 +38,13 @@ def say(line: str) -> None:
 
 
 def mark(line: str) -> None:
-    """Append ``line`` to the marker file, when there is one."""
+    """Append ``line`` and this process's pid to the marker file, when there is one (one write, O_APPEND)."""
     if _MARKER:
-        with open(_MARKER, "a", encoding="utf-8") as stream:
-            stream.write(line + "\n")
+        fd = os.open(_MARKER, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, f"{line} {os.getpid()}\n".encode())
+        finally:
+            os.close(fd)
 
 
 graceful.default_lifecycle.subscribe(lambda name, _at: say(f"SIGNAL {name}"))
@@ -55,7 +62,8 @@ async def hello(request: Request) -> Response:
 
 
 async def slow(request: Request) -> Response:
-    """Sleep ``seconds``, then answer."""
+    """Say ``slow PID`` (which worker holds it), sleep ``seconds``, then answer."""
+    say(f"slow {os.getpid()}")
     seconds = float(request.query_params.get("seconds", "1"))
     await asyncio.sleep(seconds)
     return PlainTextResponse(f"slept {seconds:g}")
@@ -75,7 +83,7 @@ async def sse(request: Request) -> Response:
 
 
 async def ws(websocket: WebSocket) -> None:
-    """Echo, and tick every 0.1 s, until either side closes."""
+    """Echo (``pid``: this process's pid), and tick every 0.1 s, until either side closes."""
     await websocket.accept()
 
     async def ticks() -> None:
@@ -87,7 +95,7 @@ async def ws(websocket: WebSocket) -> None:
     try:
         while True:
             text = await websocket.receive_text()
-            await websocket.send_text(text)
+            await websocket.send_text(f"pid {os.getpid()}" if text == "pid" else text)
     except (WebSocketDisconnect, OSError):
         pass
     finally:

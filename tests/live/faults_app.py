@@ -1,4 +1,8 @@
-"""A WSGI app for the fault tests (tests/gunicorn/test_faults.py): requests that hold, crash or upload slowly.
+"""The fault tests' apps (tests/gunicorn/test_faults.py): requests that hold, crash or upload slowly.
+
+``app`` is the WSGI app (sync, gthread, gevent workers), ``asgi`` its ASGI
+twin for Gunicorn's ASGI workers (``/hold`` and ``/`` only, on the worker's
+event loop):
 
 /hold?ms=N        prints "hold <pid>" as it starts, sleeps N ms, answers "held"
 /crash?status=N   prints "crash <pid>", waits 0.2 s (the worker reports it in flight), exits N at once
@@ -11,6 +15,7 @@ raises. FT_IMPORT_S=N: loading the app (in each worker) takes N seconds.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 import time
@@ -19,6 +24,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 import graceful
+from graceful.asgi.types import Receive, Scope, Send
 
 
 def say(line: str) -> None:
@@ -64,3 +70,20 @@ def app(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
         body = b"ok"
     start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", str(len(body)))])
     return [body]
+
+
+async def asgi(scope: Scope, receive: Receive, send: Send) -> None:
+    """``/hold`` and ``/`` as ``app`` answers them; the lifespan protocol answered, nothing done at either end."""
+    if scope["type"] == "lifespan":
+        while (await receive())["type"] != "lifespan.shutdown":
+            await send({"type": "lifespan.startup.complete"})
+        await send({"type": "lifespan.shutdown.complete"})
+        return
+    body = b"ok"
+    if scope["path"] == "/hold":
+        say(f"hold {os.getpid()}")
+        await asyncio.sleep(int(parse_qs(scope["query_string"].decode()).get("ms", ["1000"])[0]) / 1000)
+        body = b"held"
+    headers = [(b"content-type", b"text/plain"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

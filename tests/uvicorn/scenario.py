@@ -235,7 +235,8 @@ def run(
         figures.ws_closed_at = sorted(at - t0 for _, at in ws_closes)
         figures.sse_complete = [complete for complete, _ in sse_ends]
         figures.sse_ended_at = sorted(at - t0 for _, at in sse_ends)
-        figures.lifespan = marker.read_text().split() if marker.exists() else []
+        # "startup PID" / "shutdown PID" lines, one per process: the words, in order.
+        figures.lifespan = [line.split()[0] for line in marker.read_text().splitlines()] if marker.exists() else []
         tail.join()
         figures.output = tail.text(80)
         return figures

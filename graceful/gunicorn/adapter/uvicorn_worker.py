@@ -19,7 +19,8 @@ the worker module's ``Server``    replaced, in this process only, before ``_serv
                                   ``signal_free_server_class``); guards the loop's accept
                                   (:mod:`.event_loop`) and records the server and its loop at
                                   ``startup``; calls graceful on each ``on_tick`` (the
-                                  ``max_requests`` count)
+                                  ``max_requests`` count; the master's presence: Uvicorn's
+                                  worker never checks its parent)
 ``worker.init_signals``           wrapped in ``post_fork``: a SIGTERM while the app loads is noted
 ``worker.config``                 ``limit_max_requests`` set to None (graceful counts and stops);
                                   ``timeout_graceful_shutdown``: what is left of the drain when
@@ -109,7 +110,7 @@ class UvicornWorkerLoop:
         #: Uvicorn's Server, once ``_serve`` made it; its loop once it started.
         self.server: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        #: Called on the loop at each of Uvicorn's ticks (every 0.1 s): graceful's max_requests count.
+        #: Called on the loop at each of Uvicorn's ticks (every 0.1 s): graceful's max_requests count, its parent check.
         self.on_tick: Callable[[], object] = _nothing
 
     @classmethod
