@@ -5,7 +5,7 @@
 For each ASGI worker class (``-k asgi`` where Gunicorn has it,
 ``uvicorn_worker.UvicornWorker``, ``uvicorn.workers.UvicornWorker``) starts
 two Gunicorn instances serving the Starlette app of the ASGI workers' tests
-(tests/live/asgi_workers_app.py, ``GET /``: ``hello``), one worker each
+(tests/live/asgi_app.py, ``GET /``: ``hello``), one worker each
 (``-w 1``): one plain, one with ``-c python:graceful.conf`` (the app wrapped in
 GracefulASGIMiddleware by the worker). Then, round by round, loads each in
 turn with ``wrk`` (keep-alive), alternating which goes first, as
@@ -18,11 +18,12 @@ per request. Needs wrk (``apt-get install -y wrk``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -34,21 +35,25 @@ from bench.gunicorn_throughput import Result, cpu_ratio, cpu_seconds, paired_rat
 from tests.e2e_harness import ROOT, _gunicorn_supports, clean_env, free_port
 
 CLASSES = ("asgi", "uvicorn_worker.UvicornWorker", "uvicorn.workers.UvicornWorker")
-APP = "tests.live.asgi_workers_app:app"
+APP = "tests.live.asgi_app:app"
 PATH = "/"
 
 
-def start(worker_class: str, graceful: bool, marks: Path) -> tuple[subprocess.Popen[bytes], int]:
+def start(worker_class: str, graceful: bool) -> tuple[subprocess.Popen[bytes], int]:
     """One Gunicorn, one worker of ``worker_class``; returns once it answers ``GET /``."""
     port = free_port()
-    env = clean_env({"ASGI_MARKS": str(marks), "PYTHONWARNINGS": "ignore::DeprecationWarning"})
+    env = clean_env({"PYTHONWARNINGS": "ignore::DeprecationWarning"})
     config = ["-c", "python:graceful.conf"] if graceful else []
     argv = [str(Path(sys.executable).with_name("gunicorn")), *config, "-k", worker_class, "-w", "1"]
     argv += ["-b", f"127.0.0.1:{port}", "--log-level", "warning"]
     if _gunicorn_supports("control_socket_disable"):  # 25+: both instances' would share one path
         argv.append("--no-control-socket")
     argv.append(APP)
-    proc = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # A session of its own: the master and its workers are killed together (a plain Uvicorn worker
+    # whose master is gone serves on: it never looks at its parent).
+    proc = subprocess.Popen(
+        argv, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -59,7 +64,8 @@ def start(worker_class: str, graceful: bool, marks: Path) -> tuple[subprocess.Po
         except httpx.HTTPError:
             pass
         time.sleep(0.05)
-    proc.kill()
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(10)
     raise RuntimeError(f"gunicorn -k {worker_class} did not answer within 30 s")
 
 
@@ -68,30 +74,30 @@ def measure(worker_class: str, rounds: int, seconds: float, connections: int) ->
     results = {name: Result(name) for name in ("plain", "graceful")}
     servers: dict[str, tuple[subprocess.Popen[bytes], int]] = {}
     pinned = pin_cpus()
-    with tempfile.TemporaryDirectory() as marks:
-        try:
-            if pinned:  # servers on one CPU, wrk on the others (children inherit affinity)
-                os.sched_setaffinity(0, pinned[0])
-            for name in results:
-                servers[name] = start(worker_class, name == "graceful", Path(marks))
-            if pinned:
-                os.sched_setaffinity(0, pinned[1])
-            for name in results:  # warm up
-                run_wrk(servers[name][1], 1, connections, 2, PATH)
-            for index in range(rounds):
-                for name in ("plain", "graceful") if index % 2 == 0 else ("graceful", "plain"):
-                    proc, port = servers[name]
-                    before = cpu_seconds(proc.pid)
-                    rate, requests, errors = run_wrk(port, seconds, connections, 2, PATH)
-                    results[name].rates.append(rate)
-                    results[name].cpu_per_request.append((cpu_seconds(proc.pid) - before) / max(1, requests))
-                    results[name].errors += errors
-        finally:
-            for proc, _ in servers.values():
-                proc.kill()
-                proc.wait(10)
-            if pinned:
-                os.sched_setaffinity(0, pinned[0] | pinned[1])
+    try:
+        if pinned:  # servers on one CPU, wrk on the others (children inherit affinity)
+            os.sched_setaffinity(0, pinned[0])
+        for name in results:
+            servers[name] = start(worker_class, name == "graceful")
+        if pinned:
+            os.sched_setaffinity(0, pinned[1])
+        for name in results:  # warm up
+            run_wrk(servers[name][1], 1, connections, 2, PATH)
+        for index in range(rounds):
+            for name in ("plain", "graceful") if index % 2 == 0 else ("graceful", "plain"):
+                proc, port = servers[name]
+                before = cpu_seconds(proc.pid)
+                rate, requests, errors = run_wrk(port, seconds, connections, 2, PATH)
+                results[name].rates.append(rate)
+                results[name].cpu_per_request.append((cpu_seconds(proc.pid) - before) / max(1, requests))
+                results[name].errors += errors
+    finally:
+        for proc, _ in servers.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+        if pinned:
+            os.sched_setaffinity(0, pinned[0] | pinned[1])
     return results["plain"], results["graceful"]
 
 
