@@ -140,6 +140,15 @@ class ConnectionDrain:
         self.first_sent_at = now
         self._drain.count("goaway_connections")
 
+    def closing_last_stream(self, asked: int | None) -> int | None:
+        """The last-stream-id of the connection's closing GOAWAY: never more than a GOAWAY already said
+        (RFC 9113 section 6.8). ``asked``: the server's own (Gunicorn's: the highest stream still open,
+        0 for an idle connection), None for its default."""
+        said = self.last_stream_id
+        if asked is None or (said is not None and asked > said):
+            return said
+        return asked
+
     def sent_final(self, last_stream_id: int) -> None:
         """The final GOAWAY (``last_stream_id``) is on the wire."""
         self.last_stream_id = last_stream_id

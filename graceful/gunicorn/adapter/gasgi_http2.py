@@ -47,7 +47,14 @@ import threading
 import weakref
 from typing import Any
 
-from graceful.gunicorn.adapter.http2 import NO_ERROR, PING_DATA, REFUSED_STREAM, goaway_frame, http2_enabled, peer
+from graceful.gunicorn.adapter.http2 import (
+    NO_ERROR,
+    PING_DATA,
+    DrainingConnection,
+    goaway_frame,
+    http2_enabled,
+    peer,
+)
 from graceful.gunicorn.adapter.release import gunicorn_release
 from graceful.gunicorn.http2 import MAX_STREAM_ID, Action, Http2Drain
 
@@ -190,7 +197,9 @@ class _AsyncGoaway:
 def _connection_class(base: type, drain: Http2Drain, server: AsyncHttp2Connections, events: Any) -> type:
     """A subclass of Gunicorn's AsyncHTTP2Connection that drains as :class:`Http2Drain` says."""
 
-    class GoawayAsyncConnection(base):  # type: ignore[misc]  # Gunicorn's class, found at run time
+    class GoawayAsyncConnection(DrainingConnection, base):  # type: ignore[misc]  # Gunicorn's class, found at run time
+        h2_events = events
+
         def __init__(self, cfg: Any, reader: Any, writer: Any, client_addr: Any) -> None:
             super().__init__(cfg, reader, writer, client_addr)
             self.graceful = _AsyncGoaway(self, drain, server)
@@ -208,38 +217,12 @@ def _connection_class(base: type, drain: Http2Drain, server: AsyncHttp2Connectio
             self.graceful.act()
             return request
 
-        def cleanup_stream(self, stream_id: int) -> None:
-            if drain.requested_at is None:
-                super().cleanup_stream(stream_id)
-                return
-            known = stream_id in self.streams
-            super().cleanup_stream(stream_id)
-            if known:
-                self.graceful.state.response_done()
-                self.graceful.act()
-
         async def close(self, error_code: int = NO_ERROR, last_stream_id: int | None = None) -> None:
-            stated = self.graceful.state.last_stream_id
-            if last_stream_id is None or (stated is not None and last_stream_id > stated):
-                # Never more than a GOAWAY already said (RFC 9113 section 6.8); Gunicorn's default is
-                # the highest stream still open, 0 for an idle connection.
-                last_stream_id = stated
+            last_stream_id = self.graceful.state.closing_last_stream(last_stream_id)
             try:
                 await super().close(error_code=error_code, last_stream_id=last_stream_id)
             finally:
                 self.graceful.closed()
-
-        def _handle_event(self, event: Any) -> Any:
-            state = self.graceful.state
-            if state.first_sent_at is None:
-                return super()._handle_event(event)
-            if isinstance(event, events.RequestReceived) and not state.accepts(event.stream_id):
-                with contextlib.suppress(Exception):  # h2 may have closed it already: nothing to refuse
-                    self.h2_conn.reset_stream(event.stream_id, error_code=REFUSED_STREAM)
-                return None  # Gunicorn's receive loop writes the RST_STREAM with its other frames
-            if isinstance(event, events.PingAckReceived) and event.ping_data == PING_DATA:
-                self.graceful.acknowledged()
-            return super()._handle_event(event)
 
     return GoawayAsyncConnection
 

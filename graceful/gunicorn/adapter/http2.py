@@ -57,7 +57,7 @@ from typing import Any
 from graceful.gunicorn.adapter.release import gunicorn_release
 from graceful.gunicorn.http2 import MAX_STREAM_ID, Action, Http2Drain, Http2Server
 
-__all__ = ["Http2Connections", "goaway_frame", "http2_enabled", "peer", "probe_http2"]
+__all__ = ["DrainingConnection", "Http2Connections", "goaway_frame", "http2_enabled", "peer", "probe_http2"]
 
 logger = logging.getLogger(__name__)
 
@@ -154,6 +154,10 @@ class _Goaway:
         self._pending: Callable[[], int] | None = None
         #: The wake pipe this connection's poll watches now, if any.
         self._watching: int | None = None
+
+    def acknowledged(self) -> None:
+        """The PING's ACK came (its own thread, reading): the final GOAWAY goes out at its next :meth:`act`."""
+        self.state.ping_acknowledged()
 
     def act(self) -> None:
         """Do what the drain says now: a GOAWAY, or the close once no stream is open. Its own thread."""
@@ -349,10 +353,48 @@ def goaway_frame(last_stream_id: int) -> bytes:
     return bytes(GoAwayFrame(0, last_stream_id=last_stream_id, error_code=NO_ERROR).serialize())
 
 
+class DrainingConnection:
+    """What both subclasses of Gunicorn's HTTP/2 connections do alike (gthread and gevent's here, ``-k asgi``'s
+    in :mod:`.gasgi_http2`): a mixin placed before Gunicorn's class. Runs where the connection's own frames
+    are handled (its thread or greenlet, or the worker's event loop); ``graceful`` is its GOAWAY's carrier
+    (``drain``, ``state``, ``act()``, ``acknowledged()``), ``h2_events`` h2's events module."""
+
+    graceful: Any
+    h2_events: Any
+    h2_conn: Any
+    streams: Any
+
+    def cleanup_stream(self, stream_id: int) -> None:
+        graceful = self.graceful
+        if graceful.drain.requested_at is None:  # serving, no drain requested: Gunicorn's own
+            super().cleanup_stream(stream_id)  # type: ignore[misc]  # Gunicorn's class, after this in the MRO
+            return
+        known = stream_id in self.streams
+        super().cleanup_stream(stream_id)  # type: ignore[misc]
+        if known:
+            graceful.state.response_done()
+            graceful.act()
+
+    def _handle_event(self, event: Any) -> Any:
+        state = self.graceful.state
+        if state.first_sent_at is None:  # no GOAWAY yet: Gunicorn's own
+            return super()._handle_event(event)  # type: ignore[misc]
+        events = self.h2_events
+        if isinstance(event, events.RequestReceived) and not state.accepts(event.stream_id):
+            with contextlib.suppress(Exception):  # h2 may have closed it already: nothing to refuse
+                self.h2_conn.reset_stream(event.stream_id, error_code=REFUSED_STREAM)
+            return None  # Gunicorn writes the RST_STREAM with its other frames
+        if isinstance(event, events.PingAckReceived) and event.ping_data == PING_DATA:
+            self.graceful.acknowledged()
+        return super()._handle_event(event)  # type: ignore[misc]
+
+
 def _connection_class(base: type, drain: Http2Drain, server: Http2Connections, events: Any) -> type:
     """A subclass of Gunicorn's HTTP2ServerConnection that drains as :class:`Http2Drain` says."""
 
-    class GoawayConnection(base):  # type: ignore[misc]  # Gunicorn's class, found at run time
+    class GoawayConnection(DrainingConnection, base):  # type: ignore[misc]  # Gunicorn's class, found at run time
+        h2_events = events
+
         def __init__(self, cfg: Any, sock: Any, client_addr: Any) -> None:
             super().__init__(cfg, sock, client_addr)
             self.graceful = _Goaway(self, drain, server)
@@ -371,36 +413,10 @@ def _connection_class(base: type, drain: Http2Drain, server: Http2Connections, e
                 if self.is_closed:
                     self.graceful.closed()
 
-        def cleanup_stream(self, stream_id: int) -> None:
-            if drain.requested_at is None:
-                super().cleanup_stream(stream_id)
-                return
-            known = stream_id in self.streams
-            super().cleanup_stream(stream_id)
-            if known:
-                self.graceful.state.response_done()
-                self.graceful.act()
-
         def close(self, error_code: int = NO_ERROR, last_stream_id: int | None = None) -> None:
-            stated = self.graceful.state.last_stream_id
-            if last_stream_id is None or (stated is not None and last_stream_id > stated):
-                # Never more than a GOAWAY already said (RFC 9113 section 6.8); Gunicorn's default is
-                # the highest stream still open, 0 for an idle connection.
-                last_stream_id = stated
+            last_stream_id = self.graceful.state.closing_last_stream(last_stream_id)
             super().close(error_code=error_code, last_stream_id=last_stream_id)
             self.graceful.closed()
-
-        def _handle_event(self, event: Any) -> Any:
-            state = self.graceful.state
-            if state.first_sent_at is None:
-                return super()._handle_event(event)
-            if isinstance(event, events.RequestReceived) and not state.accepts(event.stream_id):
-                with contextlib.suppress(Exception):  # h2 may have closed it already: nothing to refuse
-                    self.h2_conn.reset_stream(event.stream_id, error_code=REFUSED_STREAM)
-                return None
-            if isinstance(event, events.PingAckReceived) and event.ping_data == PING_DATA:
-                state.ping_acknowledged()
-            return super()._handle_event(event)
 
     return GoawayConnection
 
