@@ -49,14 +49,14 @@ from typing import Any
 
 from graceful.gunicorn.adapter.http2 import (
     NO_ERROR,
-    PING_DATA,
     DrainingConnection,
-    goaway_frame,
+    final_goaway,
+    first_goaway,
     http2_enabled,
     peer,
 )
 from graceful.gunicorn.adapter.release import gunicorn_release
-from graceful.gunicorn.http2 import MAX_STREAM_ID, Action, Http2Drain
+from graceful.gunicorn.http2 import Action, Http2Drain
 
 __all__ = ["AsyncHttp2Connections", "probe_gasgi_http2"]
 
@@ -146,16 +146,14 @@ class _AsyncGoaway:
             return
         h2 = conn.h2_conn
         if action is Action.FIRST_GOAWAY:
-            pending = h2.data_to_send()
-            h2.ping(PING_DATA)
-            self._write(pending + goaway_frame(MAX_STREAM_ID) + h2.data_to_send())
+            self._write(first_goaway(h2))
             self.state.sent_first(now)
             wake_in = self.state.wake_in(now)
             if wake_in is not None:  # no ACK within one round trip: the final GOAWAY all the same
                 self._timer = self.server.loop.call_later(wake_in, self.act)
         elif action is Action.FINAL_GOAWAY:
-            last = int(h2.highest_inbound_stream_id)
-            self._write(h2.data_to_send() + goaway_frame(last))
+            data, last = final_goaway(h2)
+            self._write(data)
             self.state.sent_final(last)
         else:
             # A final GOAWAY already out stays the last word: streams h2 saw after it were refused.

@@ -57,7 +57,16 @@ from typing import Any
 from graceful.gunicorn.adapter.release import gunicorn_release
 from graceful.gunicorn.http2 import MAX_STREAM_ID, Action, Http2Drain, Http2Server
 
-__all__ = ["DrainingConnection", "Http2Connections", "goaway_frame", "http2_enabled", "peer", "probe_http2"]
+__all__ = [
+    "DrainingConnection",
+    "Http2Connections",
+    "final_goaway",
+    "first_goaway",
+    "goaway_frame",
+    "http2_enabled",
+    "peer",
+    "probe_http2",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -174,13 +183,11 @@ class _Goaway:
             h2 = conn.h2_conn
             try:
                 if action is Action.FIRST_GOAWAY:
-                    pending = h2.data_to_send()
-                    h2.ping(PING_DATA)
-                    self._write(pending + goaway_frame(MAX_STREAM_ID) + h2.data_to_send())
+                    self._write(first_goaway(h2))
                     self.state.sent_first(time.monotonic())
                 elif action is Action.FINAL_GOAWAY:
-                    last = int(h2.highest_inbound_stream_id)
-                    self._write(h2.data_to_send() + goaway_frame(last))
+                    data, last = final_goaway(h2)
+                    self._write(data)
                     self.state.sent_final(last)
                 else:
                     # A final GOAWAY already out stays the last word: streams h2 saw after it were refused.
@@ -344,6 +351,21 @@ class _WakeableSocket:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._sock, name)
+
+
+def first_goaway(h2: Any) -> bytes:
+    """The first GOAWAY, as bytes to write: what h2 had pending, GOAWAY(NO_ERROR, 2^31-1), a PING (its ACK
+    ends the round trip). ``h2``: the connection's h2 state machine, on the connection's own thread or loop."""
+    pending = h2.data_to_send()
+    h2.ping(PING_DATA)
+    return bytes(pending + goaway_frame(MAX_STREAM_ID) + h2.data_to_send())
+
+
+def final_goaway(h2: Any) -> tuple[bytes, int]:
+    """The final GOAWAY, as bytes to write (what h2 had pending first), and its last-stream-id: the
+    highest stream the client opened (those above it are refused)."""
+    last = int(h2.highest_inbound_stream_id)
+    return bytes(h2.data_to_send() + goaway_frame(last)), last
 
 
 def goaway_frame(last_stream_id: int) -> bytes:
