@@ -191,12 +191,12 @@ class AsgiStop:
         from graceful.asgi import goodbyes_of  # imported here: the module loads no asyncio side in a WSGI worker
 
         loop = self._loop
+        lifecycle = self._lifecycle
         await loop.stop_accepting()
         # A keep-alive client's next request would hold the worker until the drain's deadline: every
         # response from now says Connection: close (the middleware's, through the gate; running ones: the loop's).
-        self._lifecycle.gate.close_connections()
+        lifecycle.gate.close_connections()
         loop.close_after_response()
-        lifecycle = self._lifecycle
         in_flight = lifecycle.in_flight
         await _until(lambda: in_flight.count == 0, deadline)
         if in_flight.count:
@@ -204,7 +204,7 @@ class AsgiStop:
             # (figures, warning; a zero wait never blocks the loop), for good.
             lifecycle.drain(0.0)
             lifecycle.stats.drain_cut()
-        goodbyes = goodbyes_of(self._lifecycle)
+        goodbyes = goodbyes_of(lifecycle)
         if goodbyes.open:
             await goodbyes.leave_all(max(0.0, deadline - time.monotonic()))
         await _until(lambda: loop.open_connections() == 0, deadline)
