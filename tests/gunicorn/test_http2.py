@@ -152,6 +152,14 @@ class TestConnectionSteps:
         assert [conn.accepts(sid) for sid in (3, 5, 7, 9)] == [True, True, False, False]
         assert drain.counts.refused == 2
 
+    def test_the_closing_goaway_never_says_more_than_the_final_one(self) -> None:
+        """The server's own close: its last-stream-id, unless above what the final GOAWAY said (or none given)."""
+        drain, _clock = drain_with()
+        conn = drain.connection()
+        assert (conn.closing_last_stream(None), conn.closing_last_stream(7)) == (None, 7)  # no final GOAWAY yet
+        conn.sent_final(5)
+        assert [conn.closing_last_stream(asked) for asked in (None, 0, 5, 9)] == [5, 0, 5, 5]
+
     def test_a_closed_connection_does_nothing(self) -> None:
         """Once closed (by us or the peer) no step is taken."""
         drain, clock = drain_with()
