@@ -18,12 +18,23 @@ import socket
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.e2e_harness import GRACEFUL_CONF, ROOT, Gunicorn, free_port, graceful_env
-from tests.gunicorn.test_http2_e2e import BODY, MAX_ID, READ_TIMEOUT, Client, Connection, Stream, _ClientH2
+from tests.gunicorn.test_http2_e2e import (
+    BODY,
+    MAX_ID,
+    READ_TIMEOUT,
+    Client,
+    Connection,
+    Stream,
+    _ClientH2,
+    report,
+    under_http2_load,
+)
 
 h2_config = pytest.importorskip("h2.config")
 h2_events = pytest.importorskip("h2.events")
@@ -46,14 +57,31 @@ SLOW_MS = 900
 
 
 class GasgiGunicorn(Gunicorn):
-    """The harness's Gunicorn, serving tests/live/asgi_load_app.py with one ``-k asgi`` worker over h2c."""
+    """The harness's Gunicorn, serving tests/live/asgi_load_app.py with ``-k asgi`` workers over h2c."""
+
+    #: Worker processes.
+    workers = 1
 
     def argv(self) -> list[str]:
         """The command line."""
         argv = ["-m", "gunicorn", "-c", str(GRACEFUL_CONF)] if self.graceful else ["-m", "gunicorn"]
-        argv += ["--pythonpath", str(ROOT / "tests" / "live"), "-b", f"127.0.0.1:{self.port}", "-k", "asgi", "-w", "1"]
-        argv += ["--http-protocols", "h2,h1", "--http2-cleartext", "both", "--no-control-socket"]
+        argv += ["--pythonpath", str(ROOT / "tests" / "live"), "-b", f"127.0.0.1:{self.port}", "-k", "asgi"]
+        argv += [
+            "-w",
+            str(self.workers),
+            "--http-protocols",
+            "h2,h1",
+            "--http2-cleartext",
+            "both",
+            "--no-control-socket",
+        ]
         return [sys.executable, *argv, *self.args, "asgi_load_app:app"]
+
+
+class TwoGasgiWorkers(GasgiGunicorn):
+    """Two ``-k asgi`` workers: a HUP replaces them while the master serves on."""
+
+    workers = 2
 
 
 @dataclass
@@ -166,6 +194,33 @@ class TestGasgiHttp2:
         assert all(s.ended is not None for s in seen.in_flight)
         assert "Traceback" not in seen.log, seen.log
         assert "HTTP/2: 1 connection(s), 1 told GOAWAY; 3 stream(s) drained, 1 refused, 0 abandoned" in seen.log
+
+    def test_sigterm_under_http2_load_loses_no_stream(self, processes: Any, tmp_path: Path) -> None:
+        """The gthread/gevent HTTP/2 load (4 connections, 3 streams each at once) on two -k asgi workers:
+        SIGTERM loses no stream, every connection open then is told GOAWAY(NO_ERROR), exit 0."""
+        run = under_http2_load(processes, tmp_path, "asgi", "cleartext", graceful=True, server=TwoGasgiWorkers)
+        report(run)
+        assert run.returncode == 0, run.describe()
+        assert run.in_flight_at_sigterm(), "no stream was in flight at SIGTERM"
+        assert run.lost(run.streams) == [], run.describe()
+        live = run.live_at_sigterm()
+        assert live and all(c.goaways and c.goaways[0][2] == 0 for c in live), run.describe()
+        assert run.problems == []
+
+    def test_a_hup_under_http2_load_loses_no_stream(self, processes: Any, tmp_path: Path) -> None:
+        """HUP under HTTP/2 load on -k asgi: the replaced workers' connections get GOAWAY, nothing is lost,
+        /readyz stays 200 (a process stop)."""
+        run = under_http2_load(
+            processes, tmp_path, "asgi", "cleartext", graceful=True, hup_for=2.0, server=TwoGasgiWorkers
+        )
+        report(run)
+        assert run.hup_at is not None and run.returncode == 0, run.describe()
+        assert run.lost(run.streams) == [], run.describe()
+        at_hup = [c for c in run.connections if c.opened < run.hup_at and (c.closed or 1e18) > run.hup_at]
+        assert at_hup, "no connection was open at the HUP"
+        assert all(c.goaways and c.goaways[0][2] == 0 and c.goaways[0][0] < run.sigterm_at for c in at_hup)
+        assert run.readyz and set(run.readyz) == {200}, run.readyz
+        assert run.problems == []
 
 
 @pytest.mark.plain

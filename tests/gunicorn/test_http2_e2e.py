@@ -370,15 +370,17 @@ def under_http2_load(
     warm_up: float = 1.0,
     http1: Http1Client | None = None,
     hup_for: float = 0.0,
+    server: type[Gunicorn] = Gunicorn,
 ) -> Http2Run:
     """One instance under HTTP/2 load; SIGTERM; the load goes on until it exits (bounded).
 
     ``hup_for`` > 0: a HUP first (its workers are replaced: a process stop), ``/readyz`` probed
-    over HTTP/1.1 every 0.1 s for that many seconds, then the SIGTERM.
+    over HTTP/1.1 every 0.1 s for that many seconds, then the SIGTERM. ``server``: the harness's
+    Gunicorn, or a subclass serving another app (the ``-k asgi`` tests').
     """
     args, tls = http2_server_args(transport, tmp_path)
     env = {**graceful_env(DELAY, DRAIN), "GRACEFUL_GRACE_PERIOD": "30"} if graceful else {}
-    instance = Gunicorn(processes, free_port(), worker, graceful=graceful, env=env, args=args, name=f"h2-{worker}")
+    instance = server(processes, free_port(), worker, graceful=graceful, env=env, args=args, name=f"h2-{worker}")
     try:
         instance.start()
         wait_ready(instance, tls)
