@@ -64,7 +64,7 @@ class Figures:
 
     @property
     def readyz_503_from_t0(self) -> bool:
-        """Every /readyz probe sent after the server's T0 that got an answer got 503 (and at least one did)."""
+        """Every /readyz probe sent after the serving process's T0 that got an answer got 503 (and at least one did)."""
         answered = [status for status in self.readyz_after_term if status.isdigit()]
         return bool(answered) and all(status == "503" for status in answered)
 
@@ -198,9 +198,11 @@ def run(
                 time.sleep(AFTER_TERM_INTERVAL)
 
         def probe() -> None:
-            # From the server's T0: the signal takes a moment to reach it (its ShutdownInitiated line;
-            # plain Uvicorn logs none, so from the kill).
-            while tail.first("ShutdownInitiated") is None and time.monotonic() < t0 + 0.2:
+            # From T0 as the serving process knows it: the app's own "SIGNAL ShutdownInitiated" line,
+            # printed where it is served (graceful serve's one process at its T0; a Gunicorn worker once
+            # the master's channel brought it, a few ms after the master's). Plain servers print none:
+            # from the kill, 0.2 s later at the most.
+            while tail.first("SIGNAL ShutdownInitiated") is None and time.monotonic() < t0 + 0.2:
                 time.sleep(0.005)
             while time.monotonic() < t0 + AFTER_TERM:
                 probes.append(_get(base + "/readyz", timeout=2.0))
