@@ -50,8 +50,7 @@ from typing import Any
 from graceful.gunicorn.adapter.http2 import (
     NO_ERROR,
     DrainingConnection,
-    final_goaway,
-    first_goaway,
+    goaway_step,
     http2_enabled,
     peer,
 )
@@ -144,21 +143,12 @@ class _AsyncGoaway:
         action = self.state.next_action(now, len(conn.streams))
         if action is Action.NOTHING:
             return
-        h2 = conn.h2_conn
+        goaway_step(self.state, conn.h2_conn, action, self._write, now)
         if action is Action.FIRST_GOAWAY:
-            self._write(first_goaway(h2))
-            self.state.sent_first(now)
             wake_in = self.state.wake_in(now)
             if wake_in is not None:  # no ACK within one round trip: the final GOAWAY all the same
                 self._timer = self.server.loop.call_later(wake_in, self.act)
-        elif action is Action.FINAL_GOAWAY:
-            data, last = final_goaway(h2)
-            self._write(data)
-            self.state.sent_final(last)
-        else:
-            # A final GOAWAY already out stays the last word: streams h2 saw after it were refused.
-            if self.state.last_stream_id is None:
-                self.state.sent_final(int(h2.highest_inbound_stream_id))
+        elif action is Action.CLOSE:
             self._closing = True
             self.server.loop.create_task(self._close())
 

@@ -55,14 +55,13 @@ from collections.abc import Callable
 from typing import Any
 
 from graceful.gunicorn.adapter.release import gunicorn_release
-from graceful.gunicorn.http2 import MAX_STREAM_ID, Action, Http2Drain, Http2Server
+from graceful.gunicorn.http2 import MAX_STREAM_ID, Action, ConnectionDrain, Http2Drain, Http2Server
 
 __all__ = [
     "DrainingConnection",
     "Http2Connections",
-    "final_goaway",
-    "first_goaway",
     "goaway_frame",
+    "goaway_step",
     "http2_enabled",
     "peer",
     "probe_http2",
@@ -182,17 +181,8 @@ class _Goaway:
                 return
             h2 = conn.h2_conn
             try:
-                if action is Action.FIRST_GOAWAY:
-                    self._write(first_goaway(h2))
-                    self.state.sent_first(time.monotonic())
-                elif action is Action.FINAL_GOAWAY:
-                    data, last = final_goaway(h2)
-                    self._write(data)
-                    self.state.sent_final(last)
-                else:
-                    # A final GOAWAY already out stays the last word: streams h2 saw after it were refused.
-                    if self.state.last_stream_id is None:
-                        self.state.sent_final(int(h2.highest_inbound_stream_id))
+                goaway_step(self.state, h2, action, self._write, time.monotonic())
+                if action is Action.CLOSE:
                     conn.close(last_stream_id=self.state.last_stream_id)  # h2's GOAWAY (that last-stream-id), closed
             except OSError:
                 # The socket is gone: nothing more can be told to this client.
@@ -353,19 +343,27 @@ class _WakeableSocket:
         return getattr(self._sock, name)
 
 
-def first_goaway(h2: Any) -> bytes:
-    """The first GOAWAY, as bytes to write: what h2 had pending, GOAWAY(NO_ERROR, 2^31-1), a PING (its ACK
-    ends the round trip). ``h2``: the connection's h2 state machine, on the connection's own thread or loop."""
-    pending = h2.data_to_send()
-    h2.ping(PING_DATA)
-    return bytes(pending + goaway_frame(MAX_STREAM_ID) + h2.data_to_send())
+def goaway_step(state: ConnectionDrain, h2: Any, action: Action, write: Callable[[bytes], object], now: float) -> None:
+    """The frames of ``action`` for one connection, on its own thread or loop (both connection kinds).
 
-
-def final_goaway(h2: Any) -> tuple[bytes, int]:
-    """The final GOAWAY, as bytes to write (what h2 had pending first), and its last-stream-id: the
-    highest stream the client opened (those above it are refused)."""
-    last = int(h2.highest_inbound_stream_id)
-    return bytes(h2.data_to_send() + goaway_frame(last)), last
+    FIRST_GOAWAY writes what h2 had pending, GOAWAY(NO_ERROR, 2^31-1) and a
+    PING (its ACK ends the round trip); FINAL_GOAWAY what h2 had pending and
+    GOAWAY(NO_ERROR, the highest stream the client opened: those above it are
+    refused); before a CLOSE, the last-stream-id is fixed (a final GOAWAY
+    already out stays the last word: streams h2 saw after it were refused).
+    The caller closes, and times the round trip, its own way. ``now``: monotonic.
+    """
+    if action is Action.FIRST_GOAWAY:
+        pending = h2.data_to_send()
+        h2.ping(PING_DATA)
+        write(bytes(pending + goaway_frame(MAX_STREAM_ID) + h2.data_to_send()))
+        state.sent_first(now)
+    elif action is Action.FINAL_GOAWAY:
+        last = int(h2.highest_inbound_stream_id)
+        write(bytes(h2.data_to_send() + goaway_frame(last)))
+        state.sent_final(last)
+    elif action is Action.CLOSE and state.last_stream_id is None:
+        state.sent_final(int(h2.highest_inbound_stream_id))
 
 
 def goaway_frame(last_stream_id: int) -> bytes:
