@@ -167,16 +167,9 @@ def cleanup_in_process(tasks: int = 10, seconds: float = 1.0) -> float:
 
 def cleanup_under_gunicorn(processes: Processes, worker_class: str, tasks: int = 10, seconds: float = 1.0) -> float:
     """SIGTERM to exit of a Gunicorn with no delay whose workers run ``tasks`` cleanup tasks."""
-    instance = _instance(processes, worker_class, GRACEFUL_SHUTDOWN_DELAY="0", LOAD_APP_CLEANUP=f"{tasks}:{seconds:g}")
-    try:
-        sigterm_at = instance.terminate()
-        returncode = instance.wait_exit(timeout=30)
-        if returncode != 0:
-            raise RuntimeError(f"exit {returncode}\n{instance.log()}")
-        assert instance.exited_at is not None
-        return instance.exited_at - sigterm_at
-    finally:
-        instance.kill()
+    return _term_idle(
+        _instance(processes, worker_class, GRACEFUL_SHUTDOWN_DELAY="0", LOAD_APP_CLEANUP=f"{tasks}:{seconds:g}")
+    )
 
 
 def second_signal_once(processes: Processes, worker_class: str) -> float:
