@@ -9,6 +9,7 @@ Gunicorn's own method would act (reload, stop).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import signal
@@ -91,6 +92,16 @@ def worker_of(built: list[Any], arbiter: Any, cls: type = SyncWorker) -> Any:
     worker = cls(1, os.getpid(), [], arbiter.app, arbiter.timeout, arbiter.cfg, arbiter.log)
     built.append(worker)
     return worker
+
+
+@contextlib.contextmanager
+def shut_down_listener() -> Iterator[socket.socket]:
+    """A listening socket the way the master leaves one it stopped listening on (shut down for reading)."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        listener.shutdown(socket.SHUT_RD)
+        yield listener
 
 
 class TestArbiterProbe:
@@ -335,10 +346,7 @@ class TestWorkerProbe:
         """guard_accept: EINVAL from a listener the master shut down returns nothing; the worker lives on."""
         worker = worker_of(workers, arbiter_of())
         WorkerAdapter.probe(worker).guard_accept()
-        with socket.socket() as listener:
-            listener.bind(("127.0.0.1", 0))
-            listener.listen(1)
-            listener.shutdown(socket.SHUT_RD)
+        with shut_down_listener() as listener:
             with pytest.raises(OSError) as raw:
                 listener.accept()
             assert raw.value.errno == errno.EINVAL  # what the guard is for
@@ -364,10 +372,7 @@ class TestWorkerProbe:
 
         sender = threading.Thread(target=signals)
         try:
-            with socket.socket() as listener:
-                listener.bind(("127.0.0.1", 0))
-                listener.listen(1)
-                listener.shutdown(socket.SHUT_RD)
+            with shut_down_listener() as listener:
                 started = time.monotonic()
                 sender.start()
                 assert worker.accept(listener) is None
@@ -387,10 +392,7 @@ class TestWorkerProbe:
         monkeypatch.setattr(worker_adapter, "_ACCEPT_PAUSE", 30.0)
         stopped: list[bool] = []
         WorkerAdapter.probe(worker).guard_accept(lambda: stopped.append(True))
-        with socket.socket() as listener:
-            listener.bind(("127.0.0.1", 0))
-            listener.listen(1)
-            listener.shutdown(socket.SHUT_RD)
+        with shut_down_listener() as listener:
             started = time.monotonic()
             assert worker.accept(listener) is None
             assert time.monotonic() - started < 10 and stopped == [True]
@@ -408,10 +410,7 @@ class TestWorkerProbe:
         os.write(write, bytes([signal.SIGUSR1, signal.SIGTERM]))
         worker.alive = False
         try:
-            with socket.socket() as listener:
-                listener.bind(("127.0.0.1", 0))
-                listener.listen(1)
-                listener.shutdown(socket.SHUT_RD)
+            with shut_down_listener() as listener:
                 started = time.monotonic()
                 assert worker.accept(listener) is None
                 assert time.monotonic() - started < 10  # no 30 s pause
