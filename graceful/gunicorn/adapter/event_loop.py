@@ -9,13 +9,9 @@ thread, which runs the event loop.
   re-raises it from its accept callback, logging a traceback per turn,
   until the master's TERM comes. Guarded here, that listener leaves the
   loop with one INFO line. uvloop (no ``_accept_connection``) is left as it is.
-* :func:`close_servers`: asyncio's selector loop accepts a connection on
-  one turn and makes its transport on a later one (a task); a ``Server``
-  closed in between refuses to attach it (``Server._attach`` asserts that
-  it still serves), the error is swallowed and the accepted connection
-  dropped: the client sees a reset, its request lost. So the listeners
-  leave the selector first, the transports of the connections already
-  accepted are made, and only then do the servers close.
+* closing the servers without dropping a connection accepted a moment
+  before is :func:`graceful.process.aio.close_servers` (graceful serve
+  uses it too).
 * :func:`is_sleeping_in`: whether a task is waiting in ``asyncio.sleep``
   inside a given coroutine function: the one place a worker's main loop
   may be woken by cancelling it.
@@ -30,9 +26,6 @@ import os
 from typing import Any
 
 __all__ = ["guard_accept", "is_sleeping_in"]
-
-#: Turns of the loop given to the transports of connections just accepted (one suffices: their task
-#: attaches on its first step, with no await before; two in case a callback of ours queued between).
 
 logger = logging.getLogger(__name__)
 
