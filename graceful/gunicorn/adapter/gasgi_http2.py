@@ -43,13 +43,12 @@ import contextlib
 import importlib
 import logging
 import os
-import threading
-import weakref
 from typing import Any
 
 from graceful.gunicorn.adapter.http2 import (
     NO_ERROR,
     DrainingConnection,
+    LiveConnections,
     goaway_step,
     http2_enabled,
     peer,
@@ -67,7 +66,7 @@ MODULE = "gunicorn.http2.async_connection"
 _CONNECTION_NEEDS = ("initiate_connection", "initiate_upgrade", "_handle_event", "cleanup_stream", "close", "is_closed")
 
 
-class AsyncHttp2Connections:
+class AsyncHttp2Connections(LiveConnections):
     """This worker's live HTTP/2 connections (:class:`graceful.gunicorn.http2.Http2Server`) on its event loop.
 
     :meth:`wake` and :meth:`wake_stopping` may be called from any thread;
@@ -75,24 +74,9 @@ class AsyncHttp2Connections:
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__()
         #: The worker's event loop (every connection's, and where their steps run).
         self.loop = loop
-        self._live: weakref.WeakSet[Any] = weakref.WeakSet()
-        # Held for a set's add, discard or copy only (the loop, and open_streams' thread).
-        self._lock = threading.Lock()
-
-    def add(self, connection: Any) -> None:
-        with self._lock:
-            self._live.add(connection)
-
-    def discard(self, connection: Any) -> None:
-        with self._lock:
-            self._live.discard(connection)
-
-    def live(self) -> list[Any]:
-        """The connections not closed yet (any thread)."""
-        with self._lock:
-            return list(self._live)
 
     def wake(self) -> None:
         """See :meth:`graceful.gunicorn.http2.Http2Server.wake`: every connection acts, on the loop."""
@@ -110,11 +94,6 @@ class AsyncHttp2Connections:
         """On the loop: each connection does what the drain says now."""
         for conn in self.live():
             conn.graceful.act()
-
-    def open_streams(self) -> dict[str, list[int]]:
-        """See :meth:`graceful.gunicorn.http2.Http2Server.open_streams`."""
-        # dict(d) copies a dict in one step under the GIL: safe against the loop's changes.
-        return {conn.graceful.peer: sorted(dict(conn.streams)) for conn in self.live() if not conn.is_closed}
 
 
 class _AsyncGoaway:

@@ -60,6 +60,7 @@ from graceful.gunicorn.http2 import MAX_STREAM_ID, Action, ConnectionDrain, Http
 __all__ = [
     "DrainingConnection",
     "Http2Connections",
+    "LiveConnections",
     "goaway_frame",
     "goaway_step",
     "http2_enabled",
@@ -94,18 +95,16 @@ def peer(client_addr: Any) -> str:
     return str(client_addr)
 
 
-class Http2Connections:
-    """This worker's live HTTP/2 connections (:class:`graceful.gunicorn.http2.Http2Server`). Any thread."""
+class LiveConnections:
+    """A worker's live HTTP/2 connections, held weakly (any thread; the lock guards an add, a discard, a copy).
+
+    What both kinds share (:class:`Http2Connections` here, gthread and gevent;
+    :class:`~graceful.gunicorn.adapter.gasgi_http2.AsyncHttp2Connections`, ``-k asgi``).
+    """
 
     def __init__(self) -> None:
         self._live: weakref.WeakSet[Any] = weakref.WeakSet()
         self._lock = threading.Lock()
-        # Each written once (the drain's request; the worker's stop) and never read: level-triggered
-        # broadcasts. A connection watches one only while it could change what it does (no spinning).
-        self.wake_read, self._wake_write = os.pipe()
-        self.stopping_read, self._stopping_write = os.pipe()
-        os.set_blocking(self._wake_write, False)
-        os.set_blocking(self._stopping_write, False)
 
     def add(self, connection: Any) -> None:
         with self._lock:
@@ -114,6 +113,29 @@ class Http2Connections:
     def discard(self, connection: Any) -> None:
         with self._lock:
             self._live.discard(connection)
+
+    def live(self) -> list[Any]:
+        """The connections not closed yet."""
+        with self._lock:
+            return list(self._live)
+
+    def open_streams(self) -> dict[str, list[int]]:
+        """See :meth:`graceful.gunicorn.http2.Http2Server.open_streams`."""
+        # dict(d) copies a dict in one step under the GIL: safe against the owner's changes.
+        return {conn.graceful.peer: sorted(dict(conn.streams)) for conn in self.live() if not conn.is_closed}
+
+
+class Http2Connections(LiveConnections):
+    """This worker's live HTTP/2 connections (:class:`graceful.gunicorn.http2.Http2Server`). Any thread."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        # Each written once (the drain's request; the worker's stop) and never read: level-triggered
+        # broadcasts. A connection watches one only while it could change what it does (no spinning).
+        self.wake_read, self._wake_write = os.pipe()
+        self.stopping_read, self._stopping_write = os.pipe()
+        os.set_blocking(self._wake_write, False)
+        os.set_blocking(self._stopping_write, False)
 
     def wake(self) -> None:
         """See :meth:`graceful.gunicorn.http2.Http2Server.wake`; connections busy serving are told from here."""
@@ -128,17 +150,8 @@ class Http2Connections:
         self._tell_busy()
 
     def _tell_busy(self) -> None:
-        with self._lock:
-            live = list(self._live)
-        for conn in live:
+        for conn in self.live():
             conn.graceful.tell_busy()
-
-    def open_streams(self) -> dict[str, list[int]]:
-        """See :meth:`graceful.gunicorn.http2.Http2Server.open_streams`."""
-        with self._lock:
-            live = list(self._live)
-        # dict(d) copies a dict in one step under the GIL: safe against the owner thread's changes.
-        return {conn.graceful.peer: sorted(dict(conn.streams)) for conn in live if not conn.is_closed}
 
 
 class _Goaway:
