@@ -26,6 +26,7 @@ import weakref
 
 from graceful.asgi.types import ASGIApp, Message, Receive, Scope, Send
 from graceful.core.lifecycle import Lifecycle
+from graceful.http.apps import LIFECYCLE_KEY
 
 __all__ = ["LIFESPAN_CHECK", "Lifespan"]
 
@@ -66,7 +67,7 @@ class Lifespan:
         """Pass the lifespan scope to ``app``, watching its messages (on the loop)."""
         if not self._registered:
             self._registered = True
-            lifecycle = scope.get("graceful.lifecycle")
+            lifecycle = scope.get(LIFECYCLE_KEY)
             if isinstance(lifecycle, Lifecycle):
                 lifecycle.readiness_check(LIFESPAN_CHECK)(self.check)
         self.waiting = _STARTING

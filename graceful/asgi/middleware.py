@@ -66,7 +66,7 @@ from graceful.core.gate import Refusal
 from graceful.core.lifecycle import Lifecycle
 from graceful.core.stats import REASON_SHUTTING_DOWN
 from graceful.core.waitgroup import Release
-from graceful.http.apps import is_asgi_app
+from graceful.http.apps import LIFECYCLE_KEY, is_asgi_app
 from graceful.http.health import DEFAULT_CHECK_TIMEOUT, HealthChecks
 from graceful.http.long_running import LongRunning, is_long_running
 from graceful.http.probes import CHECK_PREFIXES, METRICS_PATH, ROOT_PATHS, answer_probe
@@ -85,8 +85,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
-#: Scope key: the :class:`graceful.Lifecycle` whose middleware handles this connection.
-LIFECYCLE_KEY = "graceful.lifecycle"
 # Every EventSource sends exactly this header (the HTML standard): a C-level "in" on the scope's
 # headers finds it without a loop of ours.
 _EVENT_STREAM = (b"accept", b"text/event-stream")

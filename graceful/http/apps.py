@@ -11,7 +11,12 @@ from __future__ import annotations
 
 import inspect
 
-__all__ = ["WrongKindOfApp", "is_asgi_app"]
+__all__ = ["LIFECYCLE_KEY", "WrongKindOfApp", "is_asgi_app"]
+
+#: WSGI environ and ASGI scope key: the :class:`graceful.Lifecycle` whose middleware handles the
+#: request. A middleware that finds its own lifecycle there passes the request through (an app
+#: wrapped twice, by its author and by a server, is handled once).
+LIFECYCLE_KEY = "graceful.lifecycle"
 
 
 class WrongKindOfApp(TypeError):

@@ -109,7 +109,7 @@ from graceful.core import default as _default
 from graceful.core.gate import Refusal
 from graceful.core.lifecycle import Lifecycle
 from graceful.core.waitgroup import ClosesOnce, Release
-from graceful.http.apps import WrongKindOfApp, is_asgi_app
+from graceful.http.apps import LIFECYCLE_KEY, WrongKindOfApp, is_asgi_app
 from graceful.http.health import DEFAULT_CHECK_TIMEOUT, HealthChecks
 from graceful.http.long_running import LongRunning, is_long_running, path_prefixes
 from graceful.http.probes import CHECK_PREFIXES, METRICS_PATH, ROOT_PATHS, answer_probe
@@ -133,8 +133,6 @@ logger = logging.getLogger(__name__)
 
 #: environ key: the ``threading.Event`` set at NotAcceptingNewRequests.
 SHUTTING_DOWN_KEY = "graceful.shutting_down"
-#: environ key: the :class:`graceful.Lifecycle` serving the request.
-LIFECYCLE_KEY = "graceful.lifecycle"
 
 _UNSEEN = object()  # GracefulMiddleware._file_wrapper and _closing_iterator before the first response
 # GracefulMiddleware._special: why a request cannot take the plain path at once (None: it can).
