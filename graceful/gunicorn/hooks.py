@@ -187,9 +187,15 @@ def pre_exec(server: Any) -> None:
 
 
 def pre_request(worker: Any, req: Any) -> None:
-    """Worker, the thread serving ``req``: ask for ``Connection: close`` once shutting down."""
+    """Worker, the thread serving ``req``: ask for ``Connection: close`` once shutting down.
+
+    Runs on every request (Gunicorn skips only its default hook): until
+    ShutdownInitiated or the worker's stop, and without a max_requests
+    limit, it looks at one attribute and calls nothing more.
+    """
     shutdown: WorkerShutdown = attached(worker)
-    shutdown.before_request(req)
+    if not shutdown.requests_unwatched:
+        shutdown.before_request(req)
 
 
 def worker_abort(worker: Any) -> None:

@@ -308,8 +308,8 @@ class WorkerShutdown:
     def before_request(self, req: Any) -> None:
         """``pre_request`` (request thread): close the connection after this response once shutting down.
 
-        Before that, and without a max_requests limit, one attribute look: the
-        hook runs on every request (Gunicorn skips its default one).
+        The hook calls it only when :attr:`requests_unwatched` is false; it
+        looks again, for a caller that did not.
         """
         if self.requests_unwatched:
             return

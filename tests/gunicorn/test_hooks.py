@@ -374,6 +374,21 @@ class TestWorkerHooks:
         hooks.pre_request(worker, after)
         assert not before.closed and after.closed
 
+    def test_pre_request_calls_nothing_while_no_request_is_watched(
+        self, lifecycle: Lifecycle, process: list[Any], monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """pre_request before ShutdownInitiated, no max_requests: one attribute look, no call into the worker's side."""
+        worker = forked(process, started(process))
+        shutdown = attached(worker)
+        calls: list[object] = []
+        monkeypatch.setattr(shutdown, "before_request", calls.append)
+        hooks.pre_request(worker, Request())
+        assert shutdown.requests_unwatched and calls == []
+        lifecycle.shutdown_initiated.fire()
+        request = Request()
+        hooks.pre_request(worker, request)
+        assert calls == [request]
+
     def test_worker_exit_cleans_up_and_abort_is_noted(self, lifecycle: Lifecycle, process: list[Any]) -> None:
         """worker_abort notes the timeout; worker_exit then runs the cleanup tasks at once."""
         worker = forked(process, started(process))
