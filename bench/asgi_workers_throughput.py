@@ -1,18 +1,30 @@
-"""Throughput of Gunicorn's ASGI workers: graceful vs plain Gunicorn, per worker class, alternating runs, one run.
+"""Throughput of Gunicorn's ASGI workers: graceful vs plain Gunicorn, per worker class, one run.
 
-    python bench/asgi_workers_throughput.py [--rounds 6] [--seconds 3] [--connections 32] [--classes asgi,...]
+    python bench/asgi_workers_throughput.py [--rounds 12] [--seconds 3] [--connections 32]
+        [--classes asgi,...] [--control]
 
 For each ASGI worker class (``-k asgi`` where Gunicorn has it,
-``uvicorn_worker.UvicornWorker``, ``uvicorn.workers.UvicornWorker``) starts
-two Gunicorn instances serving the Starlette app of the ASGI workers' tests
-(tests/live/asgi_app.py, ``GET /``: ``hello``), one worker each
-(``-w 1``): one plain, one with ``-c python:graceful.conf`` (the app wrapped in
-GracefulASGIMiddleware by the worker). Then, round by round, loads each in
-turn with ``wrk`` (keep-alive), alternating which goes first, as
-bench/gunicorn_throughput.py does for gthread (its helpers: wrk's parsing,
-CPU pinning, the paired ratio). Prints requests/s per run, the medians, the
-ratio graceful/plain per class (target >= 0.97) and the servers' CPU time
-per request. Needs wrk (``apt-get install -y wrk``).
+``uvicorn_worker.UvicornWorker``, ``uvicorn.workers.UvicornWorker``), round
+by round, starts two Gunicorn instances serving the Starlette app of the
+ASGI workers' tests (tests/live/asgi_app.py, ``GET /``: ``hello``), one
+worker each (``-w 1``): one plain, one with ``-c python:graceful.conf`` (the
+app wrapped in GracefulASGIMiddleware by the worker). Both servers share one
+CPU and are loaded at the same time, each by its own ``wrk`` (keep-alive) on
+the other CPUs; then both are stopped. Prints requests/s per round, the
+medians, the median of the rounds' ratios graceful/plain per class (target
+>= 0.97) and the servers' CPU time per request. ``--control`` makes both
+servers plain: the ratio it prints is the method's own error. Needs wrk
+(``apt-get install -y wrk``).
+
+Why not bench/gunicorn_throughput.py's method (one pair of servers for the
+whole run, loaded in turn): this machine's speed drifts from second to
+second, and two processes started alike can differ by a few percent for
+their whole life. Loaded in turn, even with a fresh pair each round, two
+plain servers (A/A) measured 1.024 here, as much as what is measured.
+Loaded at once on one CPU, both see the same machine, and the kernel gives
+each busy server half of it, so their rates' ratio is the inverse of their
+costs' ratio; a fresh pair each round averages out the luck of one process.
+Two plain servers measured 1.008 and 1.011 this way (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -31,7 +43,16 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import httpx
 
-from bench.gunicorn_throughput import Result, cpu_ratio, cpu_seconds, paired_ratio, pin_cpus, run_wrk
+from bench.gunicorn_throughput import (
+    Result,
+    cpu_ratio,
+    cpu_seconds,
+    paired_ratio,
+    parse_wrk,
+    pin_cpus,
+    run_wrk,
+    wrk_argv,
+)
 from tests.e2e_harness import ROOT, _gunicorn_supports, clean_env, free_port
 
 CLASSES = ("asgi", "uvicorn_worker.UvicornWorker", "uvicorn.workers.UvicornWorker")
@@ -69,35 +90,56 @@ def start(worker_class: str, graceful: bool) -> tuple[subprocess.Popen[bytes], i
     raise RuntimeError(f"gunicorn -k {worker_class} did not answer within 30 s")
 
 
-def measure(worker_class: str, rounds: int, seconds: float, connections: int) -> tuple[Result, Result]:
-    """(plain, graceful) for one worker class: each loaded ``rounds`` times, alternating order."""
+def measure(
+    worker_class: str, rounds: int, seconds: float, connections: int, control: bool = False
+) -> tuple[Result, Result]:
+    """(plain, graceful) for one worker class: ``rounds`` rounds, each with a fresh pair of servers.
+
+    In each round the two start (the order alternating), warm up, and are
+    loaded at the same time for ``seconds`` (see the module's docstring for
+    why). ``control``: the second server is plain too (an A/A run: the
+    method's own error).
+    """
     results = {name: Result(name) for name in ("plain", "graceful")}
-    servers: dict[str, tuple[subprocess.Popen[bytes], int]] = {}
     pinned = pin_cpus()
-    try:
-        if pinned:  # servers on one CPU, wrk on the others (children inherit affinity)
-            os.sched_setaffinity(0, pinned[0])
-        for name in results:
-            servers[name] = start(worker_class, name == "graceful")
-        if pinned:
-            os.sched_setaffinity(0, pinned[1])
-        for name in results:  # warm up
-            run_wrk(servers[name][1], 1, connections, 2, PATH)
-        for index in range(rounds):
-            for name in ("plain", "graceful") if index % 2 == 0 else ("graceful", "plain"):
-                proc, port = servers[name]
-                before = cpu_seconds(proc.pid)
-                rate, requests, errors = run_wrk(port, seconds, connections, 2, PATH)
+    for index in range(rounds):
+        servers: dict[str, tuple[subprocess.Popen[bytes], int]] = {}
+        loads: dict[str, subprocess.Popen[str]] = {}
+        try:
+            if pinned:  # servers on one CPU, wrk on the others (children inherit affinity)
+                os.sched_setaffinity(0, pinned[0])
+            order = ("plain", "graceful") if index % 2 == 0 else ("graceful", "plain")
+            for name in order:
+                servers[name] = start(worker_class, name == "graceful" and not control)
+            if pinned:
+                os.sched_setaffinity(0, pinned[1])
+            for name in order:  # warm up
+                run_wrk(servers[name][1], 1, connections, 2, PATH)
+            # Both at once, sharing the servers' one CPU: the machine's speed, which drifts from
+            # second to second here, is the same for both, and the kernel gives each busy server
+            # half the CPU, so the ratio of their rates is the inverse ratio of their costs.
+            before = {name: cpu_seconds(servers[name][0].pid) for name in order}
+            for name in order:
+                argv = wrk_argv(servers[name][1], seconds, connections, 1, PATH)
+                loads[name] = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+            outputs = {name: load.communicate(timeout=seconds + 30)[0] for name, load in loads.items()}
+            for name in order:
+                rate, requests, errors = parse_wrk(outputs[name])
                 results[name].rates.append(rate)
-                results[name].cpu_per_request.append((cpu_seconds(proc.pid) - before) / max(1, requests))
+                used = cpu_seconds(servers[name][0].pid) - before[name]
+                results[name].cpu_per_request.append(used / max(1, requests))
                 results[name].errors += errors
-    finally:
-        for proc, _ in servers.values():
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
-        if pinned:
-            os.sched_setaffinity(0, pinned[0] | pinned[1])
+        finally:
+            for load in loads.values():  # still running only if a wait above failed
+                with contextlib.suppress(ProcessLookupError):
+                    load.kill()
+                load.wait(10)
+            for proc, _ in servers.values():
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+            if pinned:
+                os.sched_setaffinity(0, pinned[0] | pinned[1])
     return results["plain"], results["graceful"]
 
 
@@ -118,19 +160,23 @@ def available(worker_class: str) -> bool:
 def main(argv: list[str] | None = None) -> None:
     """Measure each class and print its runs, medians and ratios."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--rounds", type=int, default=6, help="runs per server, alternating")
-    parser.add_argument("--seconds", type=float, default=3.0, help="length of each run")
+    parser.add_argument("--rounds", type=int, default=12, help="rounds, each with a fresh pair of servers")
+    parser.add_argument("--seconds", type=float, default=3.0, help="length of each round's load")
     parser.add_argument("--connections", type=int, default=32, help="keep-alive connections")
     parser.add_argument("--classes", default=",".join(CLASSES), help="worker classes, comma-separated")
+    parser.add_argument("--control", action="store_true", help="A/A: both servers plain (the method's own error)")
     args = parser.parse_args(argv)
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is not installed: apt-get install -y wrk")
-    print(f"wrk, {args.connections} connections, {args.rounds} x {args.seconds:g} s per server, one worker each")
+    print(
+        f"wrk, {args.connections} connections, {args.rounds} rounds of {args.seconds:g} s per server,"
+        f" a fresh pair of servers each round, one worker each{'; CONTROL: both plain' if args.control else ''}"
+    )
     for worker_class in args.classes.split(","):
         if not available(worker_class):
             print(f"-k {worker_class}: not available here, skipped")
             continue
-        plain, graceful = measure(worker_class, args.rounds, args.seconds, args.connections)
+        plain, graceful = measure(worker_class, args.rounds, args.seconds, args.connections, args.control)
         print(
             f"-k {worker_class}: plain {plain.median:.0f} req/s {[round(r) for r in plain.rates]},"
             f" graceful {graceful.median:.0f} req/s {[round(r) for r in graceful.rates]};"

@@ -78,8 +78,23 @@ def cpu_seconds(master: int) -> float:
 
 def run_wrk(port: int, seconds: float, connections: int, threads: int, path: str = PATH) -> tuple[float, int, int]:
     """Requests/s, requests and errors (non-2xx included) of one wrk run against 127.0.0.1:``port``."""
-    argv = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds:g}s", f"http://127.0.0.1:{port}{path}"]
-    out = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 30, check=True).stdout
+    out = subprocess.run(
+        wrk_argv(port, seconds, connections, threads, path),
+        capture_output=True,
+        text=True,
+        timeout=seconds + 30,
+        check=True,
+    ).stdout
+    return parse_wrk(out)
+
+
+def wrk_argv(port: int, seconds: float, connections: int, threads: int, path: str = PATH) -> list[str]:
+    """wrk's command line: keep-alive ``GET path`` on 127.0.0.1:``port`` for ``seconds``."""
+    return ["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds:g}s", f"http://127.0.0.1:{port}{path}"]
+
+
+def parse_wrk(out: str) -> tuple[float, int, int]:
+    """Requests/s, requests and errors (non-2xx included) from wrk's output."""
     match = re.search(r"Requests/sec:\s+([\d.]+)", out)
     if match is None:
         raise RuntimeError(f"unexpected wrk output:\n{out}")
