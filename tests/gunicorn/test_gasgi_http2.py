@@ -1,7 +1,8 @@
 """HTTP/2 on Gunicorn 27's ``-k asgi`` under graceful: real Gunicorn, real SIGTERM, a real h2 client (h2c).
 
-One connection (cleartext, prior knowledge) to tests/live/asgi_load_app.py
-keeps two ``/slow`` streams in flight across the SIGTERM. What the client
+One connection (cleartext: with prior knowledge, or upgraded from HTTP/1.1
+with ``Upgrade: h2c``) to tests/live/asgi_load_app.py keeps two ``/slow``
+streams in flight across the SIGTERM. What the client
 sees is recorded: the GOAWAYs (when, last-stream-id, code), a ``/readyz``
 stream opened after the first GOAWAY, a stream opened after the final one,
 how each stream ended, when the connection closed, the exit status.
@@ -122,8 +123,40 @@ def _open(h2: Any, conn: Connection, by_id: dict[int, Stream], path: str) -> Str
     return stream
 
 
-def sigterm_with_streams_in_flight(processes: Any, graceful: bool) -> Seen:
-    """Two /slow streams in flight at the SIGTERM; /readyz after the first GOAWAY, one more after the final one."""
+def _upgrade(
+    sock: socket.socket, h2: Any, conn: Connection, by_id: dict[int, Stream], path: str
+) -> tuple[Stream, bytes]:
+    """``Upgrade: h2c`` on a GET of ``path`` (RFC 7540 section 3.2): that request becomes stream 1.
+
+    Returns the stream and the HTTP/2 bytes that came with the 101 response.
+    """
+    settings = h2.initiate_upgrade_connection().decode("ascii")
+    request = (
+        f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade, HTTP2-Settings\r\n"
+        f"Upgrade: h2c\r\nHTTP2-Settings: {settings}\r\n\r\n"
+    )
+    sock.sendall(request.encode("ascii"))
+    head = b""
+    while b"\r\n\r\n" not in head:  # bounded by READ_TIMEOUT and the server's head
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise AssertionError(f"closed before the 101: {head!r}")
+        head += chunk
+    status, _, rest = head.partition(b"\r\n\r\n")
+    assert status.startswith(b"HTTP/1.1 101 "), head
+    stream = Stream(1, time.monotonic())
+    conn.streams.append(stream)
+    by_id[1] = stream
+    return stream, rest
+
+
+def sigterm_with_streams_in_flight(processes: Any, graceful: bool, upgrade: bool = False) -> Seen:
+    """Two /slow streams in flight at the SIGTERM; /readyz after the first GOAWAY, one more after the final one.
+
+    ``upgrade``: the connection starts as HTTP/1.1 and upgrades (``Upgrade:
+    h2c``), its first /slow being the upgrade's request; else HTTP/2 with
+    prior knowledge.
+    """
     env = {**graceful_env(DELAY, DRAIN), "GRACEFUL_GRACE_PERIOD": "30"} if graceful else {}
     instance = GasgiGunicorn(processes, free_port(), "asgi", graceful=graceful, env=env, name="h2-gasgi")
     client = Client(0, None, 0.0, 0)  # its event bookkeeping only
@@ -135,9 +168,16 @@ def sigterm_with_streams_in_flight(processes: Any, graceful: bool) -> Seen:
         instance.start()
         instance.wait_ready()
         h2 = _ClientH2(h2_config.H2Configuration(client_side=True, header_encoding="utf-8"))
-        h2.initiate_connection()
+        slow = f"/slow?ms={SLOW_MS}&bytes={BODY}"
         with socket.create_connection(("127.0.0.1", instance.port), timeout=READ_TIMEOUT) as sock:
-            in_flight = [_open(h2, conn, by_id, f"/slow?ms={SLOW_MS}&bytes={BODY}") for _ in range(2)]
+            if upgrade:
+                first, received = _upgrade(sock, h2, conn, by_id, slow)
+                in_flight = [first, _open(h2, conn, by_id, slow)]
+                for event in h2.receive_data(received):
+                    client._on_event(event, h2, conn, by_id)
+            else:
+                h2.initiate_connection()
+                in_flight = [_open(h2, conn, by_id, slow) for _ in range(2)]
             sock.sendall(h2.data_to_send())
             while not all(s.status for s in in_flight):  # bounded by READ_TIMEOUT: each head comes at once
                 for event in h2.receive_data(sock.recv(65536)):
@@ -174,10 +214,14 @@ def sigterm_with_streams_in_flight(processes: Any, graceful: bool) -> Seen:
 
 
 class TestGasgiHttp2:
-    def test_sigterm_tells_http2_clients_goaway_in_the_delay_and_loses_nothing(self, processes: Any) -> None:
-        """-k asgi over HTTP/2: GOAWAY(NO_ERROR) in the delay, in-flight streams 200, later refused, /readyz 503."""
-        seen = sigterm_with_streams_in_flight(processes, graceful=True)
-        print(f"\n{seen.line('graceful')}")
+    @pytest.mark.parametrize("upgrade", [False, True], ids=["prior-knowledge", "upgrade"])
+    def test_sigterm_tells_http2_clients_goaway_in_the_delay_and_loses_nothing(
+        self, processes: Any, upgrade: bool
+    ) -> None:
+        """-k asgi over HTTP/2: GOAWAY(NO_ERROR) in the delay, in-flight streams 200, later refused, /readyz 503;
+        the same on a connection that began as HTTP/1.1 and upgraded (h2c), its upgrade's request in flight."""
+        seen = sigterm_with_streams_in_flight(processes, graceful=True, upgrade=upgrade)
+        print(f"\n{seen.line('graceful' + (' (h2c upgrade)' if upgrade else ''))}")
         assert seen.exit_status == 0, seen.log
         first, *_ = seen.goaways or [(None, None, None)]
         assert first[1:] == (MAX_ID, 0), seen.line("graceful")
