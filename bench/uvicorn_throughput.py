@@ -1,6 +1,7 @@
-"""Throughput on one Uvicorn process: graceful vs plain Uvicorn, a Starlette hello world, alternating runs, one run.
+"""Throughput on one Uvicorn process: graceful vs plain Uvicorn, a Starlette hello world, one run.
 
-    python bench/uvicorn_throughput.py [--rounds 10] [--seconds 3] [--connections 32] [--graceful auto|serve|middleware]
+    python bench/uvicorn_throughput.py [--rounds 12] [--seconds 3] [--connections 32]
+        [--graceful auto|serve|middleware] [--control]
 
 Starts two servers of tests/live/asgi_load_app.py (a Starlette app; ``GET /``
 answers ``Hello, world!``), each one Uvicorn process without an access log:
@@ -13,15 +14,15 @@ answers ``Hello, world!``), each one Uvicorn process without an access log:
   takes ``serve`` when this graceful serves ASGI apps (it has ``graceful.uvicorn``),
   else ``middleware``; the output says which ran.
 
-Then, round by round, loads each in turn with ``wrk`` (keep-alive), alternating
-which goes first (plain-graceful, graceful-plain, ...), so drift in the
-machine's speed hits both alike; the ratio is the median of each round's
-graceful/plain ratio. Both servers are pinned to one CPU and wrk to another
-(``taskset``), so they do not take turns on the same core. Prints requests/s per
-run, the median of each, the ratio (target: graceful/plain >= 0.97) and the
-server's CPU time per request (``/proc``), which a busy machine disturbs far less
-than requests/s. Needs ``wrk`` and ``taskset`` (``apt-get install wrk``; taskset
-is util-linux's) and two CPUs.
+Each round starts a fresh pair, both pinned to one CPU (``taskset``), and loads
+both at the same time with ``wrk`` (keep-alive), one per server, on another
+CPU, as bench/asgi_workers_throughput.py does (its docstring says why: loaded
+in turn, two plain servers measured 1.024 on this machine). The ratio is the
+median of each round's graceful/plain ratio. Prints requests/s per round, the
+median of each, the ratio (target: graceful/plain >= 0.97) and the server's CPU
+time per request (``/proc``). ``--control``: both servers plain (the method's
+own error). Needs ``wrk`` and ``taskset`` (``apt-get install wrk``; taskset is
+util-linux's) and two CPUs.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
-import re
 import shutil
 import statistics
 import subprocess
@@ -38,7 +38,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from gunicorn_throughput import Result, cpu_ratio, cpu_seconds, paired_ratio
+from gunicorn_throughput import Result, cpu_ratio, cpu_seconds, paired_ratio, parse_wrk
 
 from tests.asgi_harness import GRACEFUL_SERVE, Uvicorn
 from tests.conftest import Processes
@@ -80,19 +80,16 @@ class PinnedUvicorn(Uvicorn):
         return [*pin, *argv, self.app]
 
 
+def wrk_argv(port: int, seconds: float, connections: int, cpu: int) -> list[str]:
+    """One wrk run (one thread, on CPU ``cpu``) against 127.0.0.1:``port``."""
+    argv = ["taskset", "-c", str(cpu), "wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s"]
+    return [*argv, f"http://127.0.0.1:{port}{PATH}"]
+
+
 def run_wrk(port: int, seconds: float, connections: int, cpu: int) -> tuple[float, int, int]:
     """Requests/s, requests and errors of one wrk run (one thread, on CPU ``cpu``) against 127.0.0.1:``port``."""
-    argv = ["taskset", "-c", str(cpu), "wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s"]
-    argv.append(f"http://127.0.0.1:{port}{PATH}")
-    out = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 30, check=True).stdout
-    match = re.search(r"Requests/sec:\s+([\d.]+)", out)
-    if match is None:
-        raise RuntimeError(f"unexpected wrk output:\n{out}")
-    total = re.search(r"(\d+) requests in", out)
-    errors = sum(int(n) for n in re.findall(r"(?:connect|read|write|timeout) (\d+)", out))
-    non_2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    requests = int(total.group(1)) if total else 0
-    return float(match.group(1)), requests, errors + (int(non_2xx.group(1)) if non_2xx else 0)
+    argv = wrk_argv(port, seconds, connections, cpu)
+    return parse_wrk(subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 30, check=True).stdout)
 
 
 def cpus() -> tuple[int, int]:
@@ -103,41 +100,57 @@ def cpus() -> tuple[int, int]:
     return usable[0], usable[1]
 
 
-def measure(processes: Processes, rounds: int, seconds: float, connections: int, kind: str) -> tuple[Result, Result]:
-    """(plain, graceful): each server loaded ``rounds`` times with wrk, alternating which goes first."""
+def measure(
+    processes: Processes, rounds: int, seconds: float, connections: int, kind: str, control: bool = False
+) -> tuple[Result, Result]:
+    """(plain, graceful): ``rounds`` rounds, each a fresh pair loaded at the same time (``control``: both plain)."""
     server_cpu, load_cpu = cpus()
-    servers = {
-        name: PinnedUvicorn(processes, free_port(), graceful=name == "graceful", kind=kind, cpu=server_cpu, name=name)
-        for name in ("plain", "graceful")
-    }
-    results = {name: Result(name) for name in servers}
-    try:
-        for server in servers.values():
-            server.start()
-        for server in servers.values():
-            server.wait_ready()
-        for server in servers.values():  # warm up: first connections, lazy imports
-            run_wrk(server.port, 1, connections, load_cpu)
-        for index in range(rounds):
-            order = ["plain", "graceful"] if index % 2 == 0 else ["graceful", "plain"]
+    results = {name: Result(name) for name in ("plain", "graceful")}
+    for index in range(rounds):
+        order = ["plain", "graceful"] if index % 2 == 0 else ["graceful", "plain"]
+        servers = {
+            name: PinnedUvicorn(
+                processes,
+                free_port(),
+                graceful=name == "graceful" and not control,
+                kind=kind,
+                cpu=server_cpu,
+                name=name,
+            )
+            for name in order
+        }
+        loads: dict[str, subprocess.Popen[str]] = {}
+        try:
+            for server in servers.values():
+                server.start()
+            for server in servers.values():
+                server.wait_ready()
+            for server in servers.values():  # warm up: first connections, lazy imports
+                run_wrk(server.port, 1, connections, load_cpu)
+            before = {name: cpu_seconds(servers[name].pid) for name in order}
             for name in order:
-                cpu_before = cpu_seconds(servers[name].pid)
-                rate, requests, errors = run_wrk(servers[name].port, seconds, connections, load_cpu)
-                cpu = cpu_seconds(servers[name].pid) - cpu_before
+                argv = wrk_argv(servers[name].port, seconds, connections, load_cpu)
+                loads[name] = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+            outputs = {name: load.communicate(timeout=seconds + 30)[0] for name, load in loads.items()}
+            for name in order:
+                rate, requests, errors = parse_wrk(outputs[name])
                 results[name].rates.append(rate)
-                results[name].cpu_per_request.append(cpu / max(1, requests))
+                results[name].cpu_per_request.append((cpu_seconds(servers[name].pid) - before[name]) / max(1, requests))
                 results[name].errors += errors
-    finally:
-        for server in servers.values():
-            server.kill()
+        finally:
+            for load in loads.values():  # still running only if a wait above failed
+                load.kill()
+                load.wait(10)
+            for server in servers.values():
+                server.kill()
     return results["plain"], results["graceful"]
 
 
 def main(argv: list[str] | None = None) -> None:
     """Measure and print each run, the medians and the ratio."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--rounds", type=int, default=10, help="runs per server, alternating")
-    parser.add_argument("--seconds", type=float, default=3.0, help="length of each run")
+    parser.add_argument("--rounds", type=int, default=12, help="rounds, each with a fresh pair of servers")
+    parser.add_argument("--seconds", type=float, default=3.0, help="length of each round's load")
     parser.add_argument("--connections", type=int, default=32, help="keep-alive connections")
     parser.add_argument(
         "--graceful",
@@ -145,6 +158,7 @@ def main(argv: list[str] | None = None) -> None:
         default="auto",
         help="the graceful server: graceful serve, or plain Uvicorn with the middleware (auto: serve when it can)",
     )
+    parser.add_argument("--control", action="store_true", help="A/A: both servers plain (the method's own error)")
     args = parser.parse_args(argv)
     for tool, package in (("wrk", "wrk"), ("taskset", "util-linux")):
         if shutil.which(tool) is None:
@@ -152,11 +166,11 @@ def main(argv: list[str] | None = None) -> None:
     kind = args.graceful if args.graceful != "auto" else ("serve" if serves_asgi() else "middleware")
     processes = Processes()
     try:
-        plain, graceful = measure(processes, args.rounds, args.seconds, args.connections, kind)
+        plain, graceful = measure(processes, args.rounds, args.seconds, args.connections, kind, args.control)
     finally:
         processes.cleanup()
     print(f"GET {PATH} (Starlette hello world), wrk -t1 -c{args.connections}, {args.rounds} x {args.seconds:g} s")
-    print(f"plain: uvicorn asgi_load_app:app; graceful: {KINDS[kind]}")
+    print(f"plain: uvicorn asgi_load_app:app; graceful: {'CONTROL, plain too' if args.control else KINDS[kind]}")
     for result in (plain, graceful):
         runs = " ".join(f"{rate:6.0f}" for rate in result.rates)
         cpu = statistics.median(result.cpu_per_request) * 1e6
