@@ -46,9 +46,8 @@ import httpx
 from bench.gunicorn_throughput import (
     Result,
     cpu_ratio,
-    cpu_seconds,
+    load_at_once,
     paired_ratio,
-    parse_wrk,
     pin_cpus,
     run_wrk,
     wrk_argv,
@@ -104,7 +103,6 @@ def measure(
     pinned = pin_cpus()
     for index in range(rounds):
         servers: dict[str, tuple[subprocess.Popen[bytes], int]] = {}
-        loads: dict[str, subprocess.Popen[str]] = {}
         try:
             if pinned:  # servers on one CPU, wrk on the others (children inherit affinity)
                 os.sched_setaffinity(0, pinned[0])
@@ -118,22 +116,15 @@ def measure(
             # Both at once, sharing the servers' one CPU: the machine's speed, which drifts from
             # second to second here, is the same for both, and the kernel gives each busy server
             # half the CPU, so the ratio of their rates is the inverse ratio of their costs.
-            before = {name: cpu_seconds(servers[name][0].pid) for name in order}
-            for name in order:
-                argv = wrk_argv(servers[name][1], seconds, connections, 1, PATH)
-                loads[name] = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
-            outputs = {name: load.communicate(timeout=seconds + 30)[0] for name, load in loads.items()}
-            for name in order:
-                rate, requests, errors = parse_wrk(outputs[name])
+            loads = {
+                name: (wrk_argv(port, seconds, connections, 1, PATH), proc.pid)
+                for name, (proc, port) in servers.items()
+            }
+            for name, (rate, _, errors, cpu) in load_at_once(loads, seconds).items():
                 results[name].rates.append(rate)
-                used = cpu_seconds(servers[name][0].pid) - before[name]
-                results[name].cpu_per_request.append(used / max(1, requests))
+                results[name].cpu_per_request.append(cpu)
                 results[name].errors += errors
         finally:
-            for load in loads.values():  # still running only if a wait above failed
-                with contextlib.suppress(ProcessLookupError):
-                    load.kill()
-                load.wait(10)
             for proc, _ in servers.values():
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)

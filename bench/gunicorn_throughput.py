@@ -105,6 +105,29 @@ def parse_wrk(out: str) -> tuple[float, int, int]:
     return float(match.group(1)), requests, errors + (int(non_2xx.group(1)) if non_2xx else 0)
 
 
+def load_at_once(loads: dict[str, tuple[list[str], int]], seconds: float) -> dict[str, tuple[float, int, int, float]]:
+    """Run one wrk per server at the same time: name -> (its wrk command line, the server's master pid).
+
+    Returns name -> (requests/s, requests, errors, the server's CPU seconds
+    per request over the run). Every wrk is gone when it returns.
+    """
+    before = {name: cpu_seconds(pid) for name, (_, pid) in loads.items()}
+    running: dict[str, subprocess.Popen[str]] = {}
+    try:
+        for name, (argv, _) in loads.items():
+            running[name] = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+        outputs = {name: load.communicate(timeout=seconds + 30)[0] for name, load in running.items()}
+    finally:
+        for load in running.values():  # still running only if a wait above failed
+            load.kill()
+            load.wait(10)
+    results = {}
+    for name, (_, pid) in loads.items():
+        rate, requests, errors = parse_wrk(outputs[name])
+        results[name] = (rate, requests, errors, (cpu_seconds(pid) - before[name]) / max(1, requests))
+    return results
+
+
 def run_python(port: int, seconds: float, connections: int) -> tuple[float, int, int]:
     """Requests/s, requests and errors of ``connections`` keep-alive http.client threads (wrk's stand-in)."""
     counts = [0] * connections

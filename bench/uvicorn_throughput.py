@@ -38,7 +38,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from gunicorn_throughput import Result, cpu_ratio, cpu_seconds, paired_ratio, parse_wrk
+from gunicorn_throughput import Result, cpu_ratio, load_at_once, paired_ratio, parse_wrk
 
 from tests.asgi_harness import GRACEFUL_SERVE, Uvicorn
 from tests.conftest import Processes
@@ -119,7 +119,6 @@ def measure(
             )
             for name in order
         }
-        loads: dict[str, subprocess.Popen[str]] = {}
         try:
             for server in servers.values():
                 server.start()
@@ -127,20 +126,15 @@ def measure(
                 server.wait_ready()
             for server in servers.values():  # warm up: first connections, lazy imports
                 run_wrk(server.port, 1, connections, load_cpu)
-            before = {name: cpu_seconds(servers[name].pid) for name in order}
-            for name in order:
-                argv = wrk_argv(servers[name].port, seconds, connections, load_cpu)
-                loads[name] = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
-            outputs = {name: load.communicate(timeout=seconds + 30)[0] for name, load in loads.items()}
-            for name in order:
-                rate, requests, errors = parse_wrk(outputs[name])
+            loads = {
+                name: (wrk_argv(server.port, seconds, connections, load_cpu), server.pid)
+                for name, server in servers.items()
+            }
+            for name, (rate, _, errors, cpu) in load_at_once(loads, seconds).items():
                 results[name].rates.append(rate)
-                results[name].cpu_per_request.append((cpu_seconds(servers[name].pid) - before[name]) / max(1, requests))
+                results[name].cpu_per_request.append(cpu)
                 results[name].errors += errors
         finally:
-            for load in loads.values():  # still running only if a wait above failed
-                load.kill()
-                load.wait(10)
             for server in servers.values():
                 server.kill()
     return results["plain"], results["graceful"]
