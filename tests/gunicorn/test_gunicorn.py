@@ -1018,7 +1018,9 @@ class TestMetricsOfTwoWorkers:
         server.wait_for(r"graceful: ShutdownInitiated")
         time.sleep(0.5)  # the workers see the broadcast
         during = [get(server, "/").status_code for _ in range(6)]
-        assert during == [200] * 6
+        # One after the other, yet one may be refused: a worker frees its one slot when the WSGI iterable
+        # closes, a moment after the client has the whole response (seen once in CI: a 429 among six).
+        assert set(during) <= {200, 429} and 200 in during, during  # never refused for the shutdown (below)
         scraped: dict[int, dict[tuple[str, tuple[tuple[str, str], ...]], float]] = {}
         for _ in range(100):
             if len(scraped) == 2:
@@ -1037,7 +1039,9 @@ class TestMetricsOfTwoWorkers:
             key = (name, tuple(sorted(labels.items())))
             return sum(samples.get(key, 0.0) for samples in scraped.values())
 
-        assert total("graceful_requests_rejected_total", reason="max_in_flight") == answers.count(429)
+        assert total("graceful_requests_rejected_total", reason="max_in_flight") == answers.count(429) + during.count(
+            429
+        )
         assert total("graceful_requests_rejected_total", reason="shutting_down") == 0
         assert total("graceful_requests_rejected_total", reason="draining") == 0
         assert total("graceful_requests_during_shutdown_total", phase="delay") == 6
