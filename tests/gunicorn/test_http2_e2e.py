@@ -429,6 +429,20 @@ def report(run: Http2Run) -> None:
     print("\n".join(markdown_table(HEADER, [run.row()])))
 
 
+def assert_a_hup_lost_nothing(run: Http2Run) -> None:
+    """A HUP under HTTP/2 load, then the SIGTERM: exit 0, no stream lost, every connection open at the HUP
+    told GOAWAY(NO_ERROR) by its replaced worker, /readyz 200 throughout (a process stop)."""
+    assert run.hup_at is not None
+    assert run.returncode == 0, run.describe()
+    assert run.lost(run.streams) == [], run.describe()
+    at_hup = [c for c in run.connections if c.opened < run.hup_at and (c.closed or 1e18) > run.hup_at]
+    assert at_hup, "no connection was open at the HUP"
+    # Told by the replaced workers, before the SIGTERM: a process stop drains HTTP/2 too.
+    assert all(c.goaways and c.goaways[0][2] == 0 and c.goaways[0][0] < run.sigterm_at for c in at_hup)
+    assert run.readyz and set(run.readyz) == {200}, run.readyz
+    assert run.problems == []
+
+
 CASES = [("gthread", "cleartext"), ("gevent", "cleartext"), ("gthread", "tls"), ("gevent", "tls")]
 
 
@@ -476,15 +490,7 @@ class TestGracefulHttp2:
         """HUP under HTTP/2 load: the old workers' connections get GOAWAY and lose nothing; /readyz stays 200."""
         run = under_http2_load(processes, tmp_path, worker, "cleartext", graceful=True, hup_for=3.0)
         report(run)
-        assert run.hup_at is not None
-        assert run.returncode == 0, run.describe()
-        assert run.lost(run.streams) == [], run.describe()
-        at_hup = [c for c in run.connections if c.opened < run.hup_at and (c.closed or 1e18) > run.hup_at]
-        assert at_hup, "no connection was open at the HUP"
-        # Told by the replaced workers, before the SIGTERM: a process stop drains HTTP/2 too.
-        assert all(c.goaways and c.goaways[0][2] == 0 and c.goaways[0][0] < run.sigterm_at for c in at_hup)
-        assert run.readyz and set(run.readyz) == {200}, run.readyz
-        assert run.problems == []
+        assert_a_hup_lost_nothing(run)
 
     def test_streams_opened_after_the_final_goaway_are_refused(self, processes: Any, tmp_path: Path) -> None:
         """A client ignoring GOAWAY: streams it opened before the final one are served, later ones refused."""
